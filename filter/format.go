@@ -1,0 +1,254 @@
+package filter
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+)
+
+// Binary format, version 1. All integers are little-endian.
+//
+//	offset  size  field
+//	0       4     magic "BGF\x00"
+//	4       2     format version (1)
+//	6       1     kind (Kind)
+//	7       1     hash (HashID; 1 = XXH3-64)
+//	8       8     hash seed
+//	16      4     P = length of the kind's parameter block (≤ 4096)
+//	20      P     parameters (per kind; Bloom: see bloomParamsLen)
+//	20+P    8     L = payload length in bytes
+//	28+P    L     payload (Bloom: the table as 64-bit words)
+//	28+P+L  4     CRC-32C (Castagnoli) of every byte before it
+//
+// Readers verify every field before trusting it, never allocate more than the
+// payload actually present (and DecodeConfig.MaxBytes), and check the
+// checksum before returning a filter. testdata/*.golden pins the bytes.
+
+const (
+	formatVersion  = 1
+	maxParamsLen   = 4096
+	frameChunk     = 64 << 10
+	defaultMaxSize = 64 << 30
+)
+
+var (
+	formatMagic = [4]byte{'B', 'G', 'F', 0}
+	crcTable    = crc32.MakeTable(crc32.Castagnoli)
+)
+
+// DecodeConfig limits decoding.
+type DecodeConfig struct {
+	// MaxBytes is the largest payload accepted; larger input returns
+	// ErrTooLarge before anything is allocated. Default (zero): 64 GiB.
+	MaxBytes uint64
+}
+
+// Decode reads a filter of any kind written by a Filter's WriteTo.
+func Decode(r io.Reader, cfg DecodeConfig) (Filter, error) {
+	fr, err := openFrame(r, cfg, 0)
+	if err != nil {
+		return nil, err
+	}
+	switch fr.kind {
+	case KindBloom:
+		return decodeBloomBody(fr)
+	}
+	return nil, fmt.Errorf("%w: unknown filter kind %d", ErrUnsupported, fr.kind)
+}
+
+// frameWriter writes a frame, computing the checksum on the way. The first
+// error sticks and is returned by finish.
+type frameWriter struct {
+	w   io.Writer
+	crc hash.Hash32
+	n   int64
+	err error
+	buf []byte
+}
+
+func newFrameWriter(w io.Writer) *frameWriter {
+	return &frameWriter{w: w, crc: crc32.New(crcTable), buf: make([]byte, 0, frameChunk)}
+}
+
+func (fw *frameWriter) flush() {
+	if fw.err != nil || len(fw.buf) == 0 {
+		fw.buf = fw.buf[:0]
+		return
+	}
+	fw.crc.Write(fw.buf)
+	n, err := fw.w.Write(fw.buf)
+	fw.n += int64(n)
+	fw.err = err
+	fw.buf = fw.buf[:0]
+}
+
+func (fw *frameWriter) reserve(n int) {
+	if len(fw.buf)+n > cap(fw.buf) {
+		fw.flush()
+	}
+}
+
+func (fw *frameWriter) header(kind Kind, seed uint64, paramsLen uint32) {
+	fw.buf = append(fw.buf, formatMagic[:]...)
+	fw.buf = binary.LittleEndian.AppendUint16(fw.buf, formatVersion)
+	fw.buf = append(fw.buf, byte(kind), byte(HashXXH3))
+	fw.u64(seed)
+	fw.u32(paramsLen)
+}
+
+func (fw *frameWriter) u32(v uint32) {
+	fw.reserve(4)
+	fw.buf = binary.LittleEndian.AppendUint32(fw.buf, v)
+}
+
+func (fw *frameWriter) u64(v uint64) {
+	fw.reserve(8)
+	fw.buf = binary.LittleEndian.AppendUint64(fw.buf, v)
+}
+
+// words appends ws, reading each word atomically so a concurrent Add is not a
+// data race.
+func (fw *frameWriter) words(ws []uint64) {
+	for len(ws) > 0 && fw.err == nil {
+		fw.reserve(8)
+		n := min(len(ws), (cap(fw.buf)-len(fw.buf))/8)
+		fw.buf = appendWords(fw.buf, ws[:n])
+		ws = ws[n:]
+	}
+}
+
+func (fw *frameWriter) finish() (int64, error) {
+	fw.flush()
+	if fw.err != nil {
+		return fw.n, fw.err
+	}
+	var sum [4]byte
+	binary.LittleEndian.PutUint32(sum[:], fw.crc.Sum32())
+	n, err := fw.w.Write(sum[:])
+	fw.n += int64(n)
+	return fw.n, err
+}
+
+// frameReader reads a frame, computing the checksum on the way. Field reads
+// after an error return zero; the first error is kept in err.
+type frameReader struct {
+	r         io.Reader
+	crc       uint32
+	err       error
+	kind      Kind
+	seed      uint64
+	paramsLen uint32
+	maxBytes  uint64
+	scratch   [8]byte
+	buf       []byte
+}
+
+// openFrame reads and checks the fixed header. want = 0 accepts any kind.
+func openFrame(r io.Reader, cfg DecodeConfig, want Kind) (*frameReader, error) {
+	fr := &frameReader{r: r, maxBytes: cfg.MaxBytes}
+	if fr.maxBytes == 0 {
+		fr.maxBytes = defaultMaxSize
+	}
+	var magic [4]byte
+	fr.read(magic[:])
+	version := fr.u16()
+	var kh [2]byte
+	fr.read(kh[:])
+	fr.seed = fr.u64()
+	fr.paramsLen = fr.u32()
+	if fr.err != nil {
+		return nil, fr.err
+	}
+	fr.kind = Kind(kh[0])
+	switch {
+	case magic != formatMagic:
+		return nil, fmt.Errorf("%w: not a bloomgate filter (magic %q)", ErrCorrupt, magic[:])
+	case version != formatVersion:
+		return nil, fmt.Errorf("%w: format version %d (this build reads %d)", ErrUnsupported, version, formatVersion)
+	case HashID(kh[1]) != HashXXH3:
+		return nil, fmt.Errorf("%w: hash id %d", ErrUnsupported, kh[1])
+	case want != 0 && fr.kind != want:
+		return nil, fmt.Errorf("%w: input is %v, want %v", ErrKindMismatch, fr.kind, want)
+	case fr.paramsLen > maxParamsLen:
+		return nil, fmt.Errorf("%w: parameter block of %d bytes", ErrCorrupt, fr.paramsLen)
+	}
+	return fr, nil
+}
+
+func (fr *frameReader) read(p []byte) {
+	if fr.err != nil {
+		clear(p)
+		return
+	}
+	if _, err := io.ReadFull(fr.r, p); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			fr.err = fmt.Errorf("%w: truncated: %w", ErrCorrupt, io.ErrUnexpectedEOF)
+		} else {
+			fr.err = err
+		}
+		clear(p)
+		return
+	}
+	fr.crc = crc32.Update(fr.crc, crcTable, p)
+}
+
+func (fr *frameReader) u16() uint16 {
+	fr.read(fr.scratch[:2])
+	return binary.LittleEndian.Uint16(fr.scratch[:2])
+}
+
+func (fr *frameReader) u32() uint32 {
+	fr.read(fr.scratch[:4])
+	return binary.LittleEndian.Uint32(fr.scratch[:4])
+}
+
+func (fr *frameReader) u64() uint64 {
+	fr.read(fr.scratch[:8])
+	return binary.LittleEndian.Uint64(fr.scratch[:8])
+}
+
+// words reads n little-endian words. Unless the reader reports (Len) that the
+// whole payload is there, memory grows with the input actually read, so a
+// header that lies about the size cannot force a huge allocation.
+func (fr *frameReader) words(n uint64) ([]uint64, error) {
+	if n*8 > fr.maxBytes {
+		return nil, fmt.Errorf("%w: payload of %d bytes exceeds the limit of %d", ErrTooLarge, n*8, fr.maxBytes)
+	}
+	size := min(n, 1<<20) // 8 MiB, then doubling
+	if l, ok := fr.r.(interface{ Len() int }); ok && uint64(l.Len()) >= n*8 {
+		size = n
+	}
+	ws := make([]uint64, size)
+	for done := uint64(0); done < n; {
+		if done == uint64(len(ws)) {
+			ws = append(ws, make([]uint64, min(uint64(len(ws)), n-done))...)
+		}
+		c := min(uint64(len(ws))-done, 1<<17) // 1 MiB per read
+		fr.readWords(ws[done : done+c])
+		if fr.err != nil {
+			return nil, fr.err
+		}
+		done += c
+	}
+	return ws, nil
+}
+
+// finish reads the checksum and compares it with what was read.
+func (fr *frameReader) finish() error {
+	if fr.err != nil {
+		return fr.err
+	}
+	got := fr.crc
+	var sum [4]byte
+	if _, err := io.ReadFull(fr.r, sum[:]); err != nil {
+		return fmt.Errorf("%w: truncated before checksum", ErrCorrupt)
+	}
+	if want := binary.LittleEndian.Uint32(sum[:]); want != got {
+		return fmt.Errorf("%w: checksum mismatch (stored %08x, computed %08x)", ErrCorrupt, want, got)
+	}
+	return nil
+}
+

@@ -1,0 +1,166 @@
+package filter
+
+import (
+	"fmt"
+	"math"
+)
+
+// Sizing formulas.
+//
+// A classic Bloom filter of m bits with k hash functions holding n keys has a
+// false-positive rate
+//
+//	p = (1 - e^(-kn/m))^k
+//
+// which is smallest at k = (m/n)·ln 2, giving m = -n·ln p / (ln 2)².
+// The information-theoretic minimum for any filter is n·log2(1/p) bits; a
+// classic Bloom filter needs 1/ln 2 ≈ 1.44× that.
+//
+// Bloom is a blocked filter: each key sets its k bits inside one 512-bit
+// block (one cache line). Blocks receive a Poisson-distributed number of keys
+// (mean λ = n/blocks), and overfull blocks raise the false-positive rate, so
+// for the same p a blocked filter needs a few more bits than the classic
+// formula. Its rate is
+//
+//	p = Σ_i Pois(i; λ) · (1 - (1 - 1/512)^(k·i))^k
+//
+// SizeBloom searches for the (blocks, k) pair with the fewest blocks for which
+// this is ≤ the target, so the rate at full capacity does not exceed it.
+
+const (
+	blockBits  = 512
+	blockWords = blockBits / 64
+	// maxBlocks is the most blocks a Bloom can index: the block is chosen
+	// by multiplying a 32-bit hash (Lemire's range reduction). 2^32 blocks
+	// is a 256 GiB filter.
+	maxBlocks = 1 << 32
+	// maxK bounds probes per key; past it the target rate is out of reach
+	// for a blocked filter (one key per block).
+	maxK = 32
+	// MinFPRate is the smallest false-positive rate SizeBloom accepts.
+	MinFPRate = 1e-10
+)
+
+// ClassicBits returns the bits a classic (unblocked) Bloom filter needs for n
+// keys at false-positive rate p: -n·ln p / (ln 2)².
+func ClassicBits(n uint64, p float64) float64 {
+	return -float64(n) * math.Log(p) / (math.Ln2 * math.Ln2)
+}
+
+// ClassicK returns the optimal number of hash functions for a classic Bloom
+// filter at rate p: log2(1/p), rounded.
+func ClassicK(p float64) int { return max(1, int(math.Round(-math.Log2(p)))) }
+
+// MinimumBits returns the information-theoretic minimum size of any filter
+// for n keys at rate p: n·log2(1/p).
+func MinimumBits(n uint64, p float64) float64 { return -float64(n) * math.Log2(p) }
+
+// ClassicFPRate returns the false-positive rate of a classic Bloom filter of m
+// bits with k hash functions holding n keys.
+func ClassicFPRate(m float64, k int, n uint64) float64 {
+	return math.Pow(1-math.Exp(-float64(k)*float64(n)/m), float64(k))
+}
+
+// Sizing is the geometry of a blocked Bloom filter.
+type Sizing struct {
+	Capacity uint64  // keys the filter is sized for
+	FPRate   float64 // target false-positive rate at Capacity
+	Blocks   uint64  // number of 512-bit blocks
+	K        int     // probes per key
+}
+
+// Bits returns the filter's size in bits.
+func (s Sizing) Bits() uint64 { return s.Blocks * blockBits }
+
+// Bytes returns the filter's size in bytes.
+func (s Sizing) Bytes() uint64 { return s.Blocks * blockBits / 8 }
+
+// BitsPerKey returns bits per key at capacity.
+func (s Sizing) BitsPerKey() float64 { return float64(s.Bits()) / float64(s.Capacity) }
+
+// FPRateAt returns the expected false-positive rate once n distinct keys are
+// in the filter.
+func (s Sizing) FPRateAt(n uint64) float64 {
+	return blockedFPRate(float64(n)/float64(s.Blocks), s.K)
+}
+
+// SizeBloom returns the smallest blocked Bloom geometry whose false-positive
+// rate with n keys is at most p. It returns ErrInvalidParams for n = 0 or p
+// outside [MinFPRate, 1), and ErrTooLarge when the filter would need more
+// than 2^32 blocks (256 GiB) or more memory than the platform can address.
+func SizeBloom(n uint64, p float64) (Sizing, error) {
+	if n == 0 {
+		return Sizing{}, fmt.Errorf("%w: capacity must be > 0", ErrInvalidParams)
+	}
+	if math.IsNaN(p) || p < MinFPRate || p >= 1 {
+		return Sizing{}, fmt.Errorf("%w: false-positive rate %v outside [%g, 1)", ErrInvalidParams, p, MinFPRate)
+	}
+	// Classic size is a lower bound; blocking never needs more than ~2× it at
+	// the rates we accept, but search up to 4× before giving up.
+	lo := uint64(math.Max(1, math.Floor(ClassicBits(n, p)/blockBits)))
+	best := Sizing{Capacity: n, FPRate: p}
+	for k := 1; k <= maxK; k++ {
+		hi := lo
+		for blockedFPRate(float64(n)/float64(hi), k) > p {
+			if float64(hi) > 4*float64(lo)+64 {
+				hi = 0
+				break
+			}
+			hi = hi*2 + 1
+		}
+		if hi == 0 {
+			continue
+		}
+		l := lo
+		for l < hi { // smallest blocks with rate ≤ p, in [l, hi]
+			mid := l + (hi-l)/2
+			if blockedFPRate(float64(n)/float64(mid), k) <= p {
+				hi = mid
+			} else {
+				l = mid + 1
+			}
+		}
+		if best.Blocks == 0 || hi < best.Blocks {
+			best.Blocks, best.K = hi, k
+		}
+	}
+	if best.Blocks == 0 {
+		return Sizing{}, fmt.Errorf("%w: no blocked geometry reaches %g", ErrInvalidParams, p)
+	}
+	if err := checkBlocks(best.Blocks); err != nil {
+		return Sizing{}, err
+	}
+	return best, nil
+}
+
+func checkBlocks(blocks uint64) error {
+	if blocks == 0 {
+		return fmt.Errorf("%w: zero blocks", ErrInvalidParams)
+	}
+	if blocks > maxBlocks || blocks > uint64(math.MaxInt/blockWords) {
+		return fmt.Errorf("%w: %d blocks (%d bytes) exceeds the limit of %d blocks", ErrTooLarge, blocks, blocks*64, uint64(maxBlocks))
+	}
+	return nil
+}
+
+// blockedFPRate is the expected false-positive rate of a blocked filter with
+// mean λ keys per 512-bit block and k probes per key.
+func blockedFPRate(lambda float64, k int) float64 {
+	if lambda <= 0 {
+		return 0
+	}
+	// Sum Pois(i; λ)·f(i) over i within ~12 standard deviations of λ;
+	// the tail beyond is < 1e-30.
+	sd := math.Sqrt(lambda)
+	lo := max(0, int(lambda-12*sd-8))
+	hi := int(lambda+12*sd+16) + 1
+	q := math.Log1p(-1.0 / blockBits)
+	logL := math.Log(lambda)
+	sum := 0.0
+	for i := lo; i <= hi; i++ {
+		lg, _ := math.Lgamma(float64(i + 1))
+		pmf := math.Exp(-lambda + float64(i)*logL - lg)
+		sum += pmf * math.Pow(-math.Expm1(float64(k*i)*q), float64(k))
+	}
+	return sum
+}
