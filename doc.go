@@ -1,0 +1,12 @@
+// Package bloomgate keeps lookups of absent keys off the database.
+//
+// A Gate holds a probabilistic filter built from a table's keys. Lookups the
+// filter proves absent return at once; only "maybe present" lookups reach the
+// database. The gate never answers "absent" for a key the table has: whenever
+// it cannot be sure (not warmed yet, a build failed, the filter refused a
+// key), it fails open and every lookup goes to the database until it is sure
+// again.
+//
+// The filter families live in package filter; sources of keys in
+// source/postgres (pgx) and source/sqlite (the embedded default).
+package bloomgate

@@ -1,0 +1,119 @@
+// Package postgres streams a table's keys out of PostgreSQL for a bloomgate
+// Gate, with COPY (query) TO STDOUT through pgx. It is the only package that
+// imports pgx.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bloomgate/bloomgate"
+)
+
+// ErrBadQuery reports a key query that does not return exactly one column.
+var ErrBadQuery = errors.New("postgres: key query must return exactly one column")
+
+// Config says where the keys are.
+type Config struct {
+	// Pool is the connection pool to use. Required.
+	Pool *pgxpool.Pool
+	// Table and Column name the keys: COPY (SELECT Column FROM Table).
+	// Table may be schema-qualified ("app.users").
+	Table, Column string
+	// Query, if set, replaces Column: any SELECT returning one column.
+	// Table is then optional and used only for the row estimate.
+	Query string
+}
+
+// Source streams keys from PostgreSQL. It is safe for concurrent use.
+type Source struct {
+	cfg   Config
+	query string
+	table string // sanitised, or "" when unknown
+}
+
+var _ bloomgate.Source = (*Source)(nil)
+
+// New validates cfg and returns a Source.
+func New(cfg Config) (*Source, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("postgres: Config.Pool is required")
+	}
+	s := &Source{cfg: cfg}
+	if cfg.Table != "" {
+		s.table = pgx.Identifier(splitQualified(cfg.Table)).Sanitize()
+	}
+	switch {
+	case cfg.Query != "":
+		s.query = cfg.Query
+	case cfg.Table != "" && cfg.Column != "":
+		s.query = "SELECT " + pgx.Identifier{cfg.Column}.Sanitize() + " FROM " + s.table
+	default:
+		return nil, errors.New("postgres: set Config.Query, or Table and Column")
+	}
+	return s, nil
+}
+
+func splitQualified(name string) []string {
+	for i := range len(name) {
+		if name[i] == '.' {
+			return []string{name[:i], name[i+1:]}
+		}
+	}
+	return []string{name}
+}
+
+// Scan streams the keys with COPY (query) TO STDOUT, which PostgreSQL serves
+// from one snapshot far faster than a cursor. Keys arrive in their text form;
+// NULL keys cannot be looked up, so they are skipped.
+func (s *Source) Scan(ctx context.Context, fn func(key []byte) error) error {
+	conn, err := s.cfg.Pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: scan: %w", err)
+	}
+	defer conn.Release()
+	pc := conn.Conn().PgConn()
+	desc, err := pc.Prepare(ctx, "", s.query, nil)
+	if err != nil {
+		return fmt.Errorf("postgres: scan: %w", err)
+	}
+	if len(desc.Fields) != 1 {
+		return fmt.Errorf("%w (got %d)", ErrBadQuery, len(desc.Fields))
+	}
+	d := &copyDecoder{fn: fn}
+	if _, err := pc.CopyTo(ctx, d, "COPY ("+s.query+") TO STDOUT"); err != nil {
+		if d.err != nil {
+			return d.err
+		}
+		return fmt.Errorf("postgres: scan: %w", err)
+	}
+	if err := d.finish(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Estimate returns the planner's row estimate (pg_class.reltuples) for Table,
+// or count(*) when the table has never been analysed, or when only Query is
+// set.
+func (s *Source) Estimate(ctx context.Context) (int64, error) {
+	var n float64
+	if s.table != "" {
+		err := s.cfg.Pool.QueryRow(ctx, "SELECT coalesce((SELECT reltuples FROM pg_class WHERE oid = to_regclass($1)), -1)", s.table).Scan(&n)
+		if err != nil {
+			return 0, fmt.Errorf("postgres: estimate: %w", err)
+		}
+		if n > 0 {
+			return int64(n), nil
+		}
+	}
+	var c int64
+	if err := s.cfg.Pool.QueryRow(ctx, "SELECT count(*) FROM ("+s.query+") q").Scan(&c); err != nil {
+		return 0, fmt.Errorf("postgres: estimate: %w", err)
+	}
+	return c, nil
+}
