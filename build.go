@@ -191,4 +191,3 @@ func (g *Gate) rebuildReason() string {
 	}
 	return ""
 }
-

@@ -251,4 +251,3 @@ func (fr *frameReader) finish() error {
 	}
 	return nil
 }
-
