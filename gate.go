@@ -1,6 +1,7 @@
 package bloomgate
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -255,8 +256,14 @@ func (g *Gate) mayContain(key []byte) (present, authoritative bool) {
 		g.m.failOpen[v.state].Add(1)
 		return true, false
 	}
+	if g.cfg.Normalizer.fn != nil {
+		return g.lookupNormalized(v, g.cfg.Normalizer.fn(nil, key))
+	}
 	var buf [256]byte
-	nk := g.cfg.Normalizer.Append(buf[:0], key)
+	return g.lookupNormalized(v, g.cfg.Normalizer.appendBuiltin(buf[:0], key))
+}
+
+func (g *Gate) lookupNormalized(v *view, nk []byte) (present, authoritative bool) {
 	if len(nk) > g.cfg.MaxKeyLen {
 		g.m.failOpenLong.Add(1)
 		return true, false
@@ -266,7 +273,10 @@ func (g *Gate) mayContain(key []byte) (present, authoritative bool) {
 		present = v.hl.MayContainHash(h)
 		g.m.lookups.add(h, present)
 	} else {
-		present = v.f.MayContain(nk)
+		// Filters without the hash capability get a copy: handing the
+		// caller's stack buffer to an interface would move it to the heap
+		// on every path.
+		present = v.f.MayContain(bytes.Clone(nk))
 		g.m.lookups.add(uint64(len(nk)), present)
 	}
 	return present, true
@@ -388,12 +398,10 @@ func (g *Gate) appendJournal(now time.Time, nk []byte) {
 // keep answering from the last filter. Close is idempotent.
 func (g *Gate) Close() error {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return nil
-	}
+	was := g.closed
 	g.closed = true
-	if g.cfg.Registerer != nil {
+	g.mu.Unlock() // Unregister collects, which takes g.mu
+	if !was && g.cfg.Registerer != nil {
 		g.cfg.Registerer.Unregister(g.m)
 	}
 	return nil

@@ -103,7 +103,15 @@ func (m *metrics) observeBuild(kind string, d time.Duration, err error) {
 }
 
 // Describe implements prometheus.Collector.
-func (m *metrics) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(m, ch) }
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.dLookups, m.dAbsent, m.dFailOpen, m.dFetches, m.dEmpty, m.dAdds,
+		m.dRemoves, m.dRemoveMisses, m.dObservedFP, m.dEstimatedFP, m.dConfiguredFP, m.dItems, m.dDistinct,
+		m.dFill, m.dBytes, m.dCapacity, m.dState, m.dUnhonoured} {
+		ch <- d
+	}
+	m.buildSeconds.Describe(ch)
+	m.buildsTotal.Describe(ch)
+}
 
 // Collect implements prometheus.Collector.
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {

@@ -34,11 +34,17 @@ func CustomNormalizer(fn func(dst, key []byte) []byte) Normalizer {
 
 // Append appends the normalised key to dst.
 func (n Normalizer) Append(dst, key []byte) []byte {
-	switch n.kind {
-	case 1:
-		return appendLowerTrim(dst, key)
-	case 2:
+	if n.fn != nil {
 		return n.fn(dst, key)
+	}
+	return n.appendBuiltin(dst, key)
+}
+
+// appendBuiltin is Append for Exact and LowerTrim. Calling it directly, not
+// through a function value, keeps a stack buffer passed as dst on the stack.
+func (n Normalizer) appendBuiltin(dst, key []byte) []byte {
+	if n.kind == 1 {
+		return appendLowerTrim(dst, key)
 	}
 	return append(dst, key...)
 }

@@ -1,0 +1,585 @@
+package bloomgate_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/filter"
+)
+
+// memSource is an in-memory Source for driving the gate's state machine
+// precisely (pausing a scan, failing it halfway). The real databases are
+// tested in source/sqlite and source/postgres.
+type memSource struct {
+	mu      sync.Mutex
+	keys    map[string]bool
+	failAt  int           // fail the scan after this many keys (0: never)
+	pauseAt int           // after this many keys, signal paused and wait for resume
+	paused  chan struct{} // closed when the scan reaches pauseAt
+	resume  chan struct{}
+}
+
+func newMemSource(keys ...string) *memSource {
+	s := &memSource{keys: map[string]bool{}}
+	for _, k := range keys {
+		s.keys[k] = true
+	}
+	return s
+}
+
+func (s *memSource) insert(k string) { s.mu.Lock(); s.keys[k] = true; s.mu.Unlock() }
+func (s *memSource) delete(k string) { s.mu.Lock(); delete(s.keys, k); s.mu.Unlock() }
+
+// has is the "database" lookup.
+func (s *memSource) has(k string) bool { s.mu.Lock(); defer s.mu.Unlock(); return s.keys[k] }
+
+func (s *memSource) Scan(ctx context.Context, fn func([]byte) error) error {
+	s.mu.Lock()
+	snap := make([]string, 0, len(s.keys)) // a snapshot, like a database's
+	for k := range s.keys {
+		snap = append(snap, k)
+	}
+	failAt, pauseAt, paused, resume := s.failAt, s.pauseAt, s.paused, s.resume
+	s.mu.Unlock()
+	for i, k := range snap {
+		if failAt > 0 && i == failAt {
+			return errors.New("connection lost")
+		}
+		if pauseAt > 0 && i == pauseAt {
+			close(paused)
+			<-resume
+		}
+		if err := fn([]byte(k)); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+func (s *memSource) Estimate(context.Context) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int64(len(s.keys)), nil
+}
+
+func keys(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d@example.com", prefix, i)
+	}
+	return out
+}
+
+func newGate(t *testing.T, cfg bloomgate.Config) *bloomgate.Gate {
+	t.Helper()
+	g, err := bloomgate.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
+func checkNoFalseNegatives(t *testing.T, g *bloomgate.Gate, ks []string) {
+	t.Helper()
+	for _, k := range ks {
+		if !g.MayContainString(k) {
+			t.Fatalf("false negative for %q (state %v)", k, g.Stats().State)
+		}
+	}
+}
+
+func TestNewInvalid(t *testing.T) {
+	for name, cfg := range map[string]bloomgate.Config{
+		"no source":        {},
+		"fp rate 1":        {Source: newMemSource(), FPRate: 1},
+		"fp rate negative": {Source: newMemSource(), FPRate: -0.1},
+		"overfill < 1":     {Source: newMemSource(), OverfillFactor: 0.5},
+		"negative key len": {Source: newMemSource(), MaxKeyLen: -1},
+	} {
+		if _, err := bloomgate.New(cfg); !errors.Is(err, bloomgate.ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}
+
+func TestFailOpenUntilWarm(t *testing.T) {
+	src := newMemSource(keys("user", 1000)...)
+	g := newGate(t, bloomgate.Config{Source: src})
+	if st, reason := g.State(); st != bloomgate.StateWarming || reason == "" || g.Ready() {
+		t.Fatalf("new gate: %v %q", st, reason)
+	}
+	// Before warm-up every key is "maybe", and Lookup asks the database.
+	for _, k := range keys("nobody", 100) {
+		if !g.MayContainString(k) {
+			t.Fatal("answered absent before warm-up")
+		}
+	}
+	fetched := 0
+	_, found, err := bloomgate.Lookup(context.Background(), g, "user1@example.com", func(context.Context) (int, bool, error) {
+		fetched++
+		return 1, src.has("user1@example.com"), nil
+	})
+	if err != nil || !found || fetched != 1 {
+		t.Fatalf("Lookup before warm: found=%v fetched=%d err=%v", found, fetched, err)
+	}
+	if err := g.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !g.Ready() {
+		t.Fatal("not ready after warm-up")
+	}
+	checkNoFalseNegatives(t, g, keys("user", 1000))
+	absent := 0
+	for _, k := range keys("nobody", 10000) {
+		if !g.MayContainString(k) {
+			absent++
+		}
+	}
+	if absent < 9900 {
+		t.Fatalf("only %d of 10000 absent keys answered absent", absent)
+	}
+	s := g.Stats()
+	if s.FailOpen != 101 || s.Builds != 1 || s.Filter.Items != 1000 {
+		t.Fatalf("stats: %+v", s)
+	}
+}
+
+func TestFailedWarmFailsOpen(t *testing.T) {
+	src := newMemSource(keys("user", 5000)...)
+	src.failAt = 2500
+	var last bloomgate.Progress
+	g := newGate(t, bloomgate.Config{Source: src, OnProgress: func(p bloomgate.Progress) { last = p }})
+	if err := g.Warm(context.Background()); err == nil {
+		t.Fatal("warm-up over a failing source succeeded")
+	}
+	if st, reason := g.State(); st != bloomgate.StateDegraded || !strings.Contains(reason, "connection lost") {
+		t.Fatalf("after failed warm: %v %q", st, reason)
+	}
+	if !last.Done || last.Keys != 2500 || last.Estimate != 5000 {
+		t.Fatalf("last progress %+v", last)
+	}
+	// Half a filter must never answer: everything is "maybe".
+	for _, k := range keys("nobody", 1000) {
+		if !g.MayContainString(k) {
+			t.Fatal("degraded gate answered absent")
+		}
+	}
+	src.failAt = 0
+	if err := g.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := g.State(); st != bloomgate.StateReady {
+		t.Fatalf("state %v after a good warm-up", st)
+	}
+	checkNoFalseNegatives(t, g, keys("user", 5000))
+}
+
+func TestFailedRebuildKeepsServing(t *testing.T) {
+	src := newMemSource(keys("user", 2000)...)
+	g := newGate(t, bloomgate.Config{Source: src})
+	if err := g.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	src.failAt = 1000
+	if err := g.Rebuild(context.Background()); err == nil {
+		t.Fatal("rebuild over a failing source succeeded")
+	}
+	if st, _ := g.State(); st != bloomgate.StateReady {
+		t.Fatalf("state %v after failed rebuild, want ready on the old filter", st)
+	}
+	checkNoFalseNegatives(t, g, keys("user", 2000))
+}
+
+// TestRebuildKeepsConcurrentChanges pauses a rebuild halfway and adds keys:
+// the new filter must have them, and keys whose transaction began before the
+// rebuild (Add before commit, commit after the snapshot) too.
+func TestRebuildKeepsConcurrentChanges(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return now }
+	src := newMemSource(keys("user", 3000)...)
+	g := newGate(t, bloomgate.Config{Source: src, Now: clock, RebuildOverlap: time.Minute})
+	if err := g.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// An in-flight transaction: Add, but the row is not committed yet, so
+	// the rebuild's snapshot will not see it.
+	if err := g.AddString("inflight@example.com"); err != nil {
+		t.Fatal(err)
+	}
+	// A key added long ago and committed: in the snapshot anyway.
+	now = now.Add(30 * time.Second)
+
+	src.pauseAt, src.paused, src.resume = 1500, make(chan struct{}), make(chan struct{})
+	done := make(chan error)
+	go func() { done <- g.Rebuild(context.Background()) }()
+	<-src.paused
+	if st, _ := g.State(); st != bloomgate.StateRebuilding || !g.Ready() {
+		t.Fatalf("state %v during rebuild", st)
+	}
+	during := keys("during", 500)
+	for _, k := range during {
+		src.insert(k) // not in the paused scan's snapshot
+		if err := g.AddString(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkNoFalseNegatives(t, g, during)
+	close(src.resume)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	src.insert("inflight@example.com") // commits after the snapshot
+	checkNoFalseNegatives(t, g, keys("user", 3000))
+	checkNoFalseNegatives(t, g, during)
+	checkNoFalseNegatives(t, g, []string{"inflight@example.com"})
+	if s := g.Stats(); s.Builds != 2 || s.State != bloomgate.StateReady {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestConcurrentNoFalseNegatives runs lookups, adds, removes and rebuilds
+// together; every key acknowledged and not removed must always be present.
+func TestConcurrentNoFalseNegatives(t *testing.T) {
+	src := newMemSource(keys("user", 20000)...)
+	g := newGate(t, bloomgate.Config{Source: src, FPRate: 0.01})
+	if err := g.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var acked atomic.Int64
+	added := keys("new", 20000)
+	var failures atomic.Int64
+	wg.Go(func() { // writer: insert row, Add, acknowledge
+		for i, k := range added {
+			src.insert(k)
+			if err := g.AddString(k); err != nil {
+				t.Error(err)
+				return
+			}
+			acked.Store(int64(i + 1))
+		}
+	})
+	wg.Go(func() { // remover: deletes old users; removed keys are not checked
+		for _, k := range keys("user", 20000)[10000:] {
+			src.delete(k)
+			g.RemoveString(k)
+		}
+	})
+	wg.Go(func() { // rebuilder
+		for ctx.Err() == nil {
+			if err := g.Rebuild(ctx); err != nil && ctx.Err() == nil {
+				t.Error(err)
+			}
+		}
+	})
+	for range 2 {
+		wg.Go(func() { // readers
+			stable := keys("user", 10000)
+			for ctx.Err() == nil {
+				n := acked.Load()
+				for _, k := range added[:n] {
+					if !g.MayContainString(k) {
+						failures.Add(1)
+					}
+				}
+				for _, k := range stable[:1000] {
+					if !g.MayContainString(k) {
+						failures.Add(1)
+					}
+				}
+			}
+		})
+	}
+	for acked.Load() < int64(len(added)) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	if n := failures.Load(); n > 0 {
+		t.Fatalf("%d false negatives under concurrency", n)
+	}
+	if g.Stats().Builds < 2 {
+		t.Fatalf("no rebuild ran concurrently (builds %d)", g.Stats().Builds)
+	}
+	checkNoFalseNegatives(t, g, added)
+}
+
+func TestLookupCountsAndCoalesces(t *testing.T) {
+	present := keys("user", 5000)
+	src := newMemSource(present...)
+	g := newGate(t, bloomgate.Config{Source: src, FPRate: 0.01})
+	if err := g.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fetch := func(k string) func(context.Context) (string, bool, error) {
+		return func(context.Context) (string, bool, error) { return k, src.has(k), nil }
+	}
+	absent := keys("nobody", 50000)
+	for _, k := range absent {
+		if _, found, err := bloomgate.Lookup(context.Background(), g, k, fetch(k)); found || err != nil {
+			t.Fatalf("Lookup(%q) = %v, %v", k, found, err)
+		}
+	}
+	for _, k := range present {
+		if v, found, err := bloomgate.Lookup(context.Background(), g, k, fetch(k)); !found || v != k || err != nil {
+			t.Fatalf("Lookup(%q) = %q %v %v", k, v, found, err)
+		}
+	}
+	s := g.Stats()
+	if s.Lookups != 55000 || s.Fetches != 5000+s.EmptyFetches || s.Absent+s.EmptyFetches != 50000 {
+		t.Fatalf("counts: %+v", s)
+	}
+	if s.ObservedFPRate > 0.015 || s.ObservedFPRate != float64(s.EmptyFetches)/50000 {
+		t.Fatalf("observed FP %v (empty fetches %d)", s.ObservedFPRate, s.EmptyFetches)
+	}
+	// Concurrent lookups of one key share one fetch.
+	release := make(chan struct{})
+	var calls atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			bloomgate.Lookup(context.Background(), g, "user7@example.com", func(context.Context) (int, bool, error) {
+				calls.Add(1)
+				<-release
+				return 7, true, nil
+			})
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // let them pile onto the one flight
+	close(release)
+	wg.Wait()
+	if c := calls.Load(); c >= 8 {
+		t.Fatalf("%d fetches for 8 concurrent lookups of one key", c)
+	}
+	// Errors pass through.
+	boom := errors.New("boom")
+	if _, _, err := bloomgate.Lookup(context.Background(), g, "user8@example.com", func(context.Context) (int, bool, error) {
+		return 0, false, boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestNormalizer(t *testing.T) {
+	src := newMemSource("Alice@Example.COM ", "bob@example.com", "ÉLODIE@example.com", "bad\xff@example.com", "")
+	g := newGate(t, bloomgate.Config{Source: src, Normalizer: bloomgate.LowerTrim})
+	if err := g.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	checkNoFalseNegatives(t, g, []string{"alice@example.com", " ALICE@example.com\t", "BOB@EXAMPLE.COM", "élodie@example.com", "Élodie@Example.com", "bad\xff@example.com", "BAD\xff@example.com", ""})
+	if err := g.AddString("  NEW@Example.com"); err != nil {
+		t.Fatal(err)
+	}
+	checkNoFalseNegatives(t, g, []string{"new@example.com"})
+	custom := bloomgate.CustomNormalizer(func(dst, key []byte) []byte { return append(dst, strings.TrimPrefix(string(key), "id:")...) })
+	g2 := newGate(t, bloomgate.Config{Source: newMemSource("42"), Normalizer: custom})
+	g2.Warm(context.Background())
+	checkNoFalseNegatives(t, g2, []string{"id:42", "42"})
+}
+
+func TestLongAndEmptyKeys(t *testing.T) {
+	long := strings.Repeat("x", 100)
+	src := newMemSource("short", long, "")
+	g := newGate(t, bloomgate.Config{Source: src, MaxKeyLen: 50})
+	if err := g.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The long key was skipped at build time, yet is never reported absent.
+	checkNoFalseNegatives(t, g, []string{"short", long, "", strings.Repeat("y", 51)})
+	if err := g.AddString(long); !errors.Is(err, bloomgate.ErrKeyTooLong) {
+		t.Fatalf("Add(long) = %v", err)
+	}
+	if s := g.Stats(); s.FailOpen != 2 {
+		t.Fatalf("fail-open count %d, want 2 (two long keys)", s.FailOpen)
+	}
+}
+
+// refusingFilter wraps a Bloom and refuses keys after a limit, like a full
+// cuckoo filter.
+type refusingFilter struct {
+	*filter.Bloom
+	left atomic.Int64
+}
+
+func (f *refusingFilter) AddString(k string) error { return f.Add([]byte(k)) }
+func (f *refusingFilter) Add(k []byte) error {
+	if f.left.Add(-1) < 0 {
+		return filter.ErrFull
+	}
+	return f.Bloom.Add(k)
+}
+
+func TestRefusedAddDegrades(t *testing.T) {
+	src := newMemSource(keys("user", 100)...)
+	limit := int64(150)
+	g := newGate(t, bloomgate.Config{Source: src, NewFilter: func(n uint64, p float64) (filter.Filter, error) {
+		b, err := filter.NewBloom(filter.BloomConfig{Capacity: n, FPRate: p})
+		f := &refusingFilter{Bloom: b}
+		f.left.Store(limit)
+		return f, err
+	}})
+	if err := g.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range keys("new", 100) {
+		err := g.AddString(k)
+		if i < 50 && err != nil {
+			t.Fatal(err)
+		}
+		if i == 50 && !errors.Is(err, filter.ErrFull) {
+			t.Fatalf("51st add: %v, want ErrFull", err)
+		}
+	}
+	if st, _ := g.State(); st != bloomgate.StateDegraded {
+		t.Fatalf("state %v after a refused add", st)
+	}
+	checkNoFalseNegatives(t, g, keys("new", 100)) // failing open
+	for _, k := range keys("nobody", 100) {
+		if !g.MayContainString(k) {
+			t.Fatal("degraded gate answered absent")
+		}
+	}
+	// A rebuild with a filter big enough recovers.
+	limit = 1 << 30
+	for _, k := range keys("new", 100) {
+		src.insert(k)
+	}
+	if err := g.Rebuild(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !g.Ready() {
+		t.Fatal("not ready after rebuild")
+	}
+	checkNoFalseNegatives(t, g, keys("new", 100))
+}
+
+func TestRunTriggers(t *testing.T) {
+	t.Run("overfill", func(t *testing.T) {
+		src := newMemSource(keys("user", 1000)...)
+		g := newGate(t, bloomgate.Config{Source: src, Capacity: 1000, FPRate: 0.01, CheckInterval: time.Millisecond})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go g.Run(ctx)
+		waitFor(t, func() bool { return g.Stats().Builds == 1 })
+		for _, k := range keys("more", 2000) { // 3× capacity
+			src.insert(k)
+			g.AddString(k)
+		}
+		// Capacity is fixed, so each rebuild is overfilled again; two
+		// builds are enough to show the trigger fires.
+		waitFor(t, func() bool { return g.Stats().Builds >= 2 })
+		checkNoFalseNegatives(t, g, keys("more", 2000))
+	})
+	t.Run("unhonoured removes", func(t *testing.T) {
+		src := newMemSource(keys("user", 1000)...)
+		g := newGate(t, bloomgate.Config{Source: src, CheckInterval: time.Millisecond, RemoveRebuildRatio: 0.05})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go g.Run(ctx)
+		waitFor(t, func() bool { return g.Stats().Builds == 1 })
+		for _, k := range keys("user", 1000)[:100] {
+			src.delete(k)
+			if err := g.RemoveString(k); !errors.Is(err, bloomgate.ErrRemoveUnsupported) {
+				t.Fatalf("Remove on a Bloom: %v", err)
+			}
+		}
+		waitFor(t, func() bool { return g.Stats().Builds >= 2 && g.Stats().UnhonouredRemoves == 0 })
+		checkNoFalseNegatives(t, g, keys("user", 1000)[100:])
+	})
+	t.Run("schedule and degraded", func(t *testing.T) {
+		now := time.Unix(0, 0)
+		var mu sync.Mutex
+		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+		g := newGate(t, bloomgate.Config{Source: newMemSource("a"), CheckInterval: time.Millisecond, RebuildInterval: time.Hour, Now: clock})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go g.Run(ctx)
+		waitFor(t, func() bool { return g.Stats().Builds == 1 })
+		mu.Lock()
+		now = now.Add(2 * time.Hour)
+		mu.Unlock()
+		waitFor(t, func() bool { return g.Stats().Builds == 2 })
+		g.Degrade("change feed lost")
+		waitFor(t, func() bool { return g.Stats().Builds == 3 && g.Ready() })
+	})
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 20 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	src := newMemSource(keys("user", 100)...)
+	g := newGate(t, bloomgate.Config{Source: src, Registerer: reg})
+	g.MayContainString("before-warm")
+	g.Warm(context.Background())
+	for _, k := range keys("nobody", 100) {
+		g.MayContainString(k)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP bloomgate_fail_open_total Lookups sent to the database because the gate could not be sure, by reason.
+# TYPE bloomgate_fail_open_total counter
+bloomgate_fail_open_total{reason="degraded"} 0
+bloomgate_fail_open_total{reason="key_too_long"} 0
+bloomgate_fail_open_total{reason="warming"} 1
+# HELP bloomgate_lookups_total Lookups answered from the filter.
+# TYPE bloomgate_lookups_total counter
+bloomgate_lookups_total 100
+# HELP bloomgate_filter_items Keys added to the serving filter, duplicates included.
+# TYPE bloomgate_filter_items gauge
+bloomgate_filter_items 100
+# HELP bloomgate_state 1 for the gate's current state.
+# TYPE bloomgate_state gauge
+bloomgate_state{state="degraded"} 0
+bloomgate_state{state="ready"} 1
+bloomgate_state{state="rebuilding"} 0
+bloomgate_state{state="warming"} 0
+`), "bloomgate_fail_open_total", "bloomgate_lookups_total", "bloomgate_filter_items", "bloomgate_state"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(reg, "bloomgate_builds_total"); n != 1 {
+		t.Fatalf("builds_total series: %d", n)
+	}
+	g.Close()
+	g.Close() // idempotent
+	if n, _ := reg.Gather(); len(n) != 0 {
+		t.Fatalf("%d metric families left after Close", len(n))
+	}
+	if err := g.AddString("x"); !errors.Is(err, bloomgate.ErrClosed) {
+		t.Fatalf("Add after Close: %v", err)
+	}
+}
+
+func TestMayContainAllocs(t *testing.T) {
+	for _, norm := range []bloomgate.Normalizer{bloomgate.Exact, bloomgate.LowerTrim} {
+		g := newGate(t, bloomgate.Config{Source: newMemSource(keys("user", 100)...), Normalizer: norm})
+		g.Warm(context.Background())
+		key := []byte("User5@Example.com")
+		if n := testing.AllocsPerRun(1000, func() { g.MayContain(key) }); n != 0 {
+			t.Errorf("MayContain allocates %.1f times", n)
+		}
+		if n := testing.AllocsPerRun(1000, func() { g.MayContainString("nobody@example.com") }); n != 0 {
+			t.Errorf("MayContainString allocates %.1f times", n)
+		}
+	}
+}
