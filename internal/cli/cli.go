@@ -23,6 +23,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"demo", "run the articles' workload without and with the gate, and compare", runDemo},
 		{"size", "print the size and false-positive rates of a Bloom filter", runSize},
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -60,5 +61,39 @@ func TestHumanBytes(t *testing.T) {
 		if got := humanBytes(n); got != want {
 			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+func TestDemoJSON(t *testing.T) {
+	code, out, errOut := run("demo", "-users", "3000", "-duration", "200ms", "-fp", "0.01", "-json", "-quiet")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, out)
+	}
+	for _, k := range []string{"queries_avoided_ratio", "observed_fp_rate", "configured_fp_rate", "warm_seconds", "filter_bytes"} {
+		if _, ok := res[k].(float64); !ok {
+			t.Errorf("missing number %q", k)
+		}
+	}
+	for _, phase := range []string{"without_gate", "with_gate"} {
+		p, ok := res[phase].(map[string]any)
+		if !ok {
+			t.Fatalf("missing object %q", phase)
+		}
+		for _, k := range []string{"lookups_per_sec", "db_queries", "p95_miss_us", "p95_hit_us"} {
+			if _, ok := p[k].(float64); !ok {
+				t.Errorf("%s lacks number %q", phase, k)
+			}
+		}
+	}
+	if code, _, _ := run("demo", "-users", "0"); code != 2 {
+		t.Errorf("demo -users 0: exit %d, want 2", code)
+	}
+	code, out, _ = run("demo", "-users", "2000", "-duration", "100ms", "-quiet")
+	if code != 0 || !strings.Contains(out, "queries avoided") || !strings.Contains(out, "with gate") {
+		t.Errorf("table output (exit %d):\n%s", code, out)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // UsersTable is a users(id, email UNIQUE) table: the workload of the
@@ -25,21 +26,39 @@ func (u UsersTable) Create(ctx context.Context) error {
 	return nil
 }
 
-// Load inserts users 0..n-1 with e-mail key(i), in one transaction.
+// Load inserts users 0..n-1 with e-mail key(i), in one transaction, 500
+// rows per statement.
 func (u UsersTable) Load(ctx context.Context, n int, key func(i int) string) error {
+	const batch = 500
 	tx, err := u.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("sqlite: load: %w", err)
 	}
 	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, "INSERT INTO "+Quote(u.Table)+" (email) VALUES (?)")
+	insert := func(rows int) (*sql.Stmt, error) {
+		q := "INSERT INTO " + Quote(u.Table) + " (email) VALUES (?)" + strings.Repeat(",(?)", rows-1)
+		return tx.PrepareContext(ctx, q)
+	}
+	full, err := insert(batch)
 	if err != nil {
 		return fmt.Errorf("sqlite: load: %w", err)
 	}
-	defer stmt.Close()
-	for i := range n {
-		if _, err := stmt.ExecContext(ctx, key(i)); err != nil {
-			return fmt.Errorf("sqlite: load row %d: %w", i, err)
+	defer full.Close()
+	args := make([]any, 0, batch)
+	for i := 0; i < n; i += batch {
+		args = args[:0]
+		for j := i; j < min(i+batch, n); j++ {
+			args = append(args, key(j))
+		}
+		stmt := full
+		if len(args) < batch {
+			if stmt, err = insert(len(args)); err != nil {
+				return fmt.Errorf("sqlite: load: %w", err)
+			}
+			defer stmt.Close()
+		}
+		if _, err := stmt.ExecContext(ctx, args...); err != nil {
+			return fmt.Errorf("sqlite: load rows %d..%d: %w", i, i+len(args)-1, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {

@@ -1,0 +1,74 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func checkResult(t *testing.T, r *Result, cfg Config) {
+	t.Helper()
+	if r.WithoutGate.WrongAnswers != 0 || r.WithGate.WrongAnswers != 0 {
+		t.Fatalf("wrong answers: %+v", r)
+	}
+	if r.WithoutGate.Lookups == 0 || r.WithGate.Lookups == 0 {
+		t.Fatalf("no lookups ran: %+v", r)
+	}
+	// Without the gate every lookup is a query.
+	if r.WithoutGate.DBQueries != r.WithoutGate.Lookups {
+		t.Fatalf("without gate: %d queries for %d lookups", r.WithoutGate.DBQueries, r.WithoutGate.Lookups)
+	}
+	// With it, only hits and false positives reach the database: the share
+	// avoided is the miss ratio less the FP rate, minus sampling noise.
+	if r.QueriesAvoidedRatio < cfg.MissRatio-0.03 || r.QueriesAvoidedRatio > cfg.MissRatio+0.03 {
+		t.Fatalf("queries avoided %.4f for miss ratio %.2f", r.QueriesAvoidedRatio, cfg.MissRatio)
+	}
+	if r.ObservedFPRate > 1.5*cfg.FPRate+0.002 {
+		t.Fatalf("observed FP %.5f, configured %g", r.ObservedFPRate, cfg.FPRate)
+	}
+	if r.FilterKeys != uint64(cfg.Users) || r.FilterBytes == 0 || r.WarmSeconds <= 0 {
+		t.Fatalf("filter fields: %+v", r)
+	}
+}
+
+func TestDemoSQLite(t *testing.T) {
+	cfg := Config{Users: 5000, Duration: 300 * time.Millisecond, FPRate: 0.01, Concurrency: 2}
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.fill()
+	checkResult(t, r, cfg)
+	if !strings.HasPrefix(r.Database, "sqlite") {
+		t.Fatalf("database %q", r.Database)
+	}
+}
+
+func TestDemoPostgres(t *testing.T) {
+	url := os.Getenv("BLOOMGATE_POSTGRES_URL")
+	if url == "" {
+		url = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	cfg := Config{Users: 5000, Duration: 300 * time.Millisecond, FPRate: 0.01, Postgres: url, MissRatio: 0.5,
+		Table: fmt.Sprintf("bloomgate_demo_test_%d", time.Now().UnixNano())}
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") == "" && strings.Contains(err.Error(), "connect") {
+			t.Skipf("PostgreSQL unreachable, skipping: %v", err)
+		}
+		t.Fatal(err)
+	}
+	cfg.fill()
+	checkResult(t, r, cfg)
+}
+
+func TestConfigInvalid(t *testing.T) {
+	for _, cfg := range []Config{{Users: -1}, {MissRatio: 1.5}, {Concurrency: -3}, {FPRate: 2}, {Duration: -1}} {
+		if _, err := Run(context.Background(), cfg); err == nil {
+			t.Errorf("%+v: no error", cfg)
+		}
+	}
+}
