@@ -256,8 +256,11 @@ func (g *Gate) mayContain(key []byte) (present, authoritative bool) {
 		g.m.failOpen[v.state].Add(1)
 		return true, false
 	}
-	if g.cfg.Normalizer.fn != nil {
-		return g.lookupNormalized(v, g.cfg.Normalizer.fn(nil, key))
+	switch n := g.cfg.Normalizer; {
+	case n.fn != nil:
+		return g.lookupNormalized(v, n.fn(nil, key))
+	case n.kind == 0: // Exact: no copy
+		return g.lookupNormalized(v, key)
 	}
 	var buf [256]byte
 	return g.lookupNormalized(v, g.cfg.Normalizer.appendBuiltin(buf[:0], key))

@@ -1,0 +1,72 @@
+package bloomgate_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/filtertest"
+)
+
+type sliceSource [][]byte
+
+func (s sliceSource) Scan(ctx context.Context, fn func([]byte) error) error {
+	for _, k := range s {
+		if err := fn(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s sliceSource) Estimate(context.Context) (int64, error) { return int64(len(s)), nil }
+
+// BenchmarkMayContain compares a lookup through the gate with a lookup on the
+// same filter directly: the gate's cost is the state check, normalisation
+// and a striped counter.
+//
+//	go test -run XXX -bench MayContain -count 6 . | benchstat -col /via -
+func BenchmarkMayContain(b *testing.B) {
+	for _, n := range []int{1_000_000, 10_000_000} {
+		present := filtertest.Emails(n, 1)
+		absent := filtertest.Emails(1<<16, 2)
+		var bloom *filter.Bloom
+		g, err := bloomgate.New(bloomgate.Config{Source: sliceSource(present), Capacity: uint64(n), FPRate: 0.001,
+			NewFilter: func(n uint64, p float64) (filter.Filter, error) {
+				var err error
+				bloom, err = filter.NewBloom(filter.BloomConfig{Capacity: n, FPRate: p})
+				return bloom, err
+			}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := g.Warm(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name string
+			keys [][]byte
+		}{{"absent", absent}, {"present", present[:1<<16]}} {
+			mask := len(tc.keys) - 1
+			b.Run(fmt.Sprintf("n=%d/%s/via=filter", n, tc.name), func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					bloom.MayContain(tc.keys[i&mask])
+					i++
+				}
+			})
+			b.Run(fmt.Sprintf("n=%d/%s/via=gate", n, tc.name), func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					g.MayContain(tc.keys[i&mask])
+					i++
+				}
+			})
+		}
+		g.Close()
+	}
+}
