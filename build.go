@@ -38,7 +38,17 @@ func (g *Gate) build(ctx context.Context, kind string) (err error) {
 	}
 	capacity := g.cfg.Capacity
 	if capacity == 0 {
-		capacity = max(1024, uint64(math.Ceil(1.5*float64(est))))
+		// A stale estimate (PostgreSQL's reltuples before ANALYZE) must not
+		// size the new filter below what the current one already holds, or
+		// the overfill trigger would rebuild it forever.
+		n := float64(est)
+		if v := g.view.Load(); v.f != nil {
+			// Items counts duplicates, but the distinct estimate saturates
+			// in an overfilled filter; over-sizing is the safe error.
+			st := v.f.Stats()
+			n = max(n, st.EstimatedDistinct, float64(st.Items))
+		}
+		capacity = max(1024, uint64(math.Ceil(1.5*n)))
 	}
 	nf, err := g.cfg.NewFilter(capacity, g.cfg.FPRate)
 	if err != nil {

@@ -583,3 +583,29 @@ func TestMayContainAllocs(t *testing.T) {
 		}
 	}
 }
+
+// staleSource under-reports its size, like reltuples before ANALYZE.
+type staleSource struct{ *memSource }
+
+func (staleSource) Estimate(context.Context) (int64, error) { return 10, nil }
+
+func TestStaleEstimateDoesNotShrink(t *testing.T) {
+	src := staleSource{newMemSource(keys("user", 20000)...)}
+	g := newGate(t, bloomgate.Config{Source: src, FPRate: 0.01})
+	if err := g.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The first build is overfilled (sized from the estimate of 10)...
+	if c := g.Stats().Filter.Capacity; c != 1024 {
+		t.Fatalf("first capacity %d", c)
+	}
+	if err := g.Rebuild(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// ...the rebuild sizes from what the filter held.
+	s := g.Stats()
+	if s.Filter.Capacity < 20000 || s.Filter.EstimatedFPRate > 0.01 {
+		t.Fatalf("rebuilt filter: capacity %d, estimated FP %.4f", s.Filter.Capacity, s.Filter.EstimatedFPRate)
+	}
+	checkNoFalseNegatives(t, g, keys("user", 20000))
+}
