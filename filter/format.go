@@ -55,6 +55,8 @@ func Decode(r io.Reader, cfg DecodeConfig) (Filter, error) {
 	switch fr.kind {
 	case KindBloom:
 		return decodeBloomBody(fr)
+	case KindCuckoo:
+		return decodeCuckooBody(fr)
 	}
 	return nil, fmt.Errorf("%w: unknown filter kind %d", ErrUnsupported, fr.kind)
 }
@@ -251,4 +253,3 @@ func (fr *frameReader) finish() error {
 	}
 	return nil
 }
-
