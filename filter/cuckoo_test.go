@@ -129,7 +129,7 @@ func encode(t testing.TB, f filter.Filter) []byte {
 func TestCuckooFillUntilFull(t *testing.T) {
 	n := 100_000
 	if underRace {
-		n = 20_000
+		n = 10_000
 	}
 	for _, tc := range []struct {
 		b       int
@@ -329,6 +329,9 @@ func TestCuckooGrowth(t *testing.T) {
 		t.Errorf("Capacity %d, Items %d", s.Capacity, s.Items)
 	}
 	q := 200_000
+	if underRace {
+		q = 50_000
+	}
 	fp := filtertest.MeasureFP(c, filtertest.Emails(q, 51))
 	if limit := filtertest.FPBound(q, p); fp > limit {
 		t.Errorf("measured FP %d/%d over 4 sub-filters exceeds the bound %d", fp, q, limit)
