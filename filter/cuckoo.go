@@ -39,7 +39,7 @@ import (
 // (b = 2: ~84 %, b = 4: ~95 %, b = 8: ~98 % with 500 kicks) but need a bit
 // more per fingerprint for each doubling. With BucketSize zero the filter
 // takes the b in {2, 4} with fewer bits per key, f/load, preferring 4 on a
-// tie: 4 up to p ≈ 1 %, 2 above (b = 8 would pay off only past 32-bit
+// tie: 4 below p ≈ 3 %, mostly 2 above (b = 8 would pay off only past 32-bit
 // fingerprints, but can be chosen explicitly).
 //
 // Sizing: m = ⌈n/(b·load) + c·√(n/b) + 2⌉ buckets, where the margin (c = 4 for
@@ -96,7 +96,7 @@ type CuckooConfig struct {
 	FPRate float64
 	// BucketSize is the number of fingerprints per bucket: 2, 4 or 8.
 	// Default (zero): 2 or 4, whichever needs fewer bits per key at FPRate
-	// (4 at rates up to about 1 %).
+	// (4 at rates below about 3 %).
 	BucketSize int
 	// MaxKicks bounds the relocations one insert may make before it gives
 	// up. Default (zero): 500. At most 65536.
@@ -126,7 +126,8 @@ type CuckooConfig struct {
 // victim back into the table when it can.
 //
 // A key can be added more than once (Count reports the copies), at most 2b
-// times per sub-filter: its copies share the same two buckets.
+// times per sub-filter (2b + 1 with the victim slot): its copies share the
+// same two buckets.
 //
 // Concurrency: a Cuckoo is safe for concurrent use. Add and Remove take a
 // mutex. MayContain does not lock: it reads the table atomically under a
