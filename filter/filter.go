@@ -39,6 +39,13 @@ var (
 	// its guarantees. The key was not added; every key added before is still
 	// reported present.
 	ErrFull = errors.New("filter: full")
+	// ErrNotFound reports a Remove that found nothing to remove.
+	ErrNotFound = errors.New("filter: key not found")
+	// ErrAmbiguous reports a Remove that matched entries in more than one
+	// place and cannot tell which is the key's: deleting the wrong one would
+	// make another key a false negative, so nothing was removed and the key
+	// is still reported present.
+	ErrAmbiguous = errors.New("filter: ambiguous remove")
 )
 
 // Kind identifies a filter family in the binary format. Values are part of the
@@ -47,13 +54,19 @@ type Kind uint8
 
 // Filter kinds.
 const (
-	KindBloom Kind = 1 // blocked Bloom filter (*Bloom)
+	KindBloom    Kind = 1 // blocked Bloom filter (*Bloom)
+	KindCuckoo   Kind = 4 // cuckoo filter (*Cuckoo)
+	KindWindowed Kind = 5 // time-windowed Bloom generations (*Windowed)
 )
 
 func (k Kind) String() string {
 	switch k {
 	case KindBloom:
 		return "bloom"
+	case KindCuckoo:
+		return "cuckoo"
+	case KindWindowed:
+		return "windowed"
 	}
 	return "kind(" + itoa(uint64(k)) + ")"
 }

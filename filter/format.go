@@ -55,6 +55,10 @@ func Decode(r io.Reader, cfg DecodeConfig) (Filter, error) {
 	switch fr.kind {
 	case KindBloom:
 		return decodeBloomBody(fr)
+	case KindCuckoo:
+		return decodeCuckooBody(fr)
+	case KindWindowed:
+		return decodeWindowedBody(fr, nil)
 	}
 	return nil, fmt.Errorf("%w: unknown filter kind %d", ErrUnsupported, fr.kind)
 }
