@@ -609,3 +609,38 @@ func TestStaleEstimateDoesNotShrink(t *testing.T) {
 	}
 	checkNoFalseNegatives(t, g, keys("user", 20000))
 }
+
+func TestRemoveWithCuckoo(t *testing.T) {
+	src := newMemSource(keys("user", 5000)...)
+	g := newGate(t, bloomgate.Config{Source: src, FPRate: 0.001, NewFilter: func(n uint64, p float64) (filter.Filter, error) {
+		return filter.NewCuckoo(filter.CuckooConfig{Capacity: n, FPRate: p})
+	}})
+	if err := g.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	gone := keys("user", 5000)[:2500]
+	for _, k := range gone {
+		src.delete(k)
+		if err := g.RemoveString(k); err != nil {
+			t.Fatalf("Remove(%q): %v", k, err)
+		}
+	}
+	checkNoFalseNegatives(t, g, keys("user", 5000)[2500:])
+	still := 0
+	for _, k := range gone {
+		if g.MayContainString(k) {
+			still++
+		}
+	}
+	if still > 20 { // 0.1 % FP of 2500, with slack
+		t.Fatalf("%d of %d removed keys still reported present", still, len(gone))
+	}
+	// Removing a key the filter never saw is refused, not applied.
+	if err := g.RemoveString("stranger@example.com"); !errors.Is(err, filter.ErrNotFound) {
+		t.Fatalf("Remove(stranger) = %v, want ErrNotFound", err)
+	}
+	checkNoFalseNegatives(t, g, keys("user", 5000)[2500:])
+	if s := g.Stats(); s.UnhonouredRemoves != 0 {
+		t.Fatalf("unhonoured removes %d with a cuckoo filter", s.UnhonouredRemoves)
+	}
+}
