@@ -89,19 +89,36 @@ func (s Sizing) FPRateAt(n uint64) float64 {
 // outside [MinFPRate, 1), and ErrTooLarge when the filter would need more
 // than 2^32 blocks (256 GiB) or more memory than the platform can address.
 func SizeBloom(n uint64, p float64) (Sizing, error) {
+	blocks, k, err := sizeBlocked(n, p, blockBits)
+	if err != nil {
+		return Sizing{}, err
+	}
+	if err := checkBlocks(blocks); err != nil {
+		return Sizing{}, err
+	}
+	return Sizing{Capacity: n, FPRate: p, Blocks: blocks, K: k}, nil
+}
+
+// sizeBlocked returns the fewest blocks of slots slots each, and the k, for
+// which n keys have a false-positive rate of at most p when every key sets k
+// slots of one block. A slot is a bit in Bloom and a counter in Counting: the
+// false-positive math is the same.
+func sizeBlocked(n uint64, p float64, slots int) (blocks uint64, k int, err error) {
 	if n == 0 {
-		return Sizing{}, fmt.Errorf("%w: capacity must be > 0", ErrInvalidParams)
+		return 0, 0, fmt.Errorf("%w: capacity must be > 0", ErrInvalidParams)
 	}
 	if math.IsNaN(p) || p < MinFPRate || p >= 1 {
-		return Sizing{}, fmt.Errorf("%w: false-positive rate %v outside [%g, 1)", ErrInvalidParams, p, MinFPRate)
+		return 0, 0, fmt.Errorf("%w: false-positive rate %v outside [%g, 1)", ErrInvalidParams, p, MinFPRate)
 	}
 	// Classic size is a lower bound; blocking never needs more than ~2× it at
 	// the rates we accept, but search up to 4× before giving up.
-	lo := uint64(math.Max(1, math.Floor(ClassicBits(n, p)/blockBits)))
-	best := Sizing{Capacity: n, FPRate: p}
-	for k := 1; k <= maxK; k++ {
+	lo := uint64(math.Max(1, math.Floor(ClassicBits(n, p)/float64(slots))))
+	rate := func(blocks uint64, k int) float64 {
+		return blockedRate(float64(n)/float64(blocks), k, slots)
+	}
+	for kk := 1; kk <= maxK; kk++ {
 		hi := lo
-		for blockedFPRate(float64(n)/float64(hi), k) > p {
+		for rate(hi, kk) > p {
 			if float64(hi) > 4*float64(lo)+64 {
 				hi = 0
 				break
@@ -114,23 +131,20 @@ func SizeBloom(n uint64, p float64) (Sizing, error) {
 		l := lo
 		for l < hi { // smallest blocks with rate ≤ p, in [l, hi]
 			mid := l + (hi-l)/2
-			if blockedFPRate(float64(n)/float64(mid), k) <= p {
+			if rate(mid, kk) <= p {
 				hi = mid
 			} else {
 				l = mid + 1
 			}
 		}
-		if best.Blocks == 0 || hi < best.Blocks {
-			best.Blocks, best.K = hi, k
+		if blocks == 0 || hi < blocks {
+			blocks, k = hi, kk
 		}
 	}
-	if best.Blocks == 0 {
-		return Sizing{}, fmt.Errorf("%w: no blocked geometry reaches %g", ErrInvalidParams, p)
+	if blocks == 0 {
+		return 0, 0, fmt.Errorf("%w: no blocked geometry reaches %g", ErrInvalidParams, p)
 	}
-	if err := checkBlocks(best.Blocks); err != nil {
-		return Sizing{}, err
-	}
-	return best, nil
+	return blocks, k, nil
 }
 
 func checkBlocks(blocks uint64) error {
@@ -145,7 +159,11 @@ func checkBlocks(blocks uint64) error {
 
 // blockedFPRate is the expected false-positive rate of a blocked filter with
 // mean λ keys per 512-bit block and k probes per key.
-func blockedFPRate(lambda float64, k int) float64 {
+func blockedFPRate(lambda float64, k int) float64 { return blockedRate(lambda, k, blockBits) }
+
+// blockedRate is the expected false-positive rate of a blocked filter with
+// mean λ keys per block of slots slots and k probes per key.
+func blockedRate(lambda float64, k, slots int) float64 {
 	if lambda <= 0 {
 		return 0
 	}
@@ -154,7 +172,7 @@ func blockedFPRate(lambda float64, k int) float64 {
 	sd := math.Sqrt(lambda)
 	lo := max(0, int(lambda-12*sd-8))
 	hi := int(lambda+12*sd+16) + 1
-	q := math.Log1p(-1.0 / blockBits)
+	q := math.Log1p(-1.0 / float64(slots))
 	logL := math.Log(lambda)
 	sum := 0.0
 	for i := lo; i <= hi; i++ {
