@@ -22,7 +22,11 @@ import (
 // for the same p a blocked filter needs a few more bits than the classic
 // formula. Its rate is
 //
-//	p = Σ_i Pois(i; λ) · (1 - (1 - 1/512)^(k·i))^k
+//	p = Σ_i Pois(i; λ) · E[Y_i^k]
+//
+// where Y_i is the fraction of set bits in a block holding i keys; E[Y_i^k] is
+// a little above its mean to the k-th power, (1 - (1 - 1/512)^(k·i))^k,
+// because the fill varies from block to block (see blockedRate).
 //
 // SizeBloom searches for the (blocks, k) pair with the fewest blocks for which
 // this is ≤ the target, so the rate at full capacity does not exceed it.
@@ -163,6 +167,18 @@ func blockedFPRate(lambda float64, k int) float64 { return blockedRate(lambda, k
 
 // blockedRate is the expected false-positive rate of a blocked filter with
 // mean λ keys per block of slots slots and k probes per key.
+//
+// A block holding i keys has received t = k·i probes; its fraction of set
+// slots Y has mean μ = 1 − (1 − 1/S)^t, and a lookup's k probes all hit set
+// slots with probability E[Y^k]. That is not μ^k: a block's fill varies, and
+// by Jensen's inequality E[Y^k] > μ^k. Ignoring it understates the rate by
+// 1–2 % at 1 % (more with smaller blocks or smaller rates: 7 % at 1e-6). The
+// second-order term, from the variance of the number of occupied slots
+//
+//	Var = S(S−1)(1 − 2/S)^t + S(1 − 1/S)^t − S²(1 − 1/S)^(2t)
+//
+// gives E[Y^k] ≈ μ^k + k(k−1)/2 · μ^(k−2) · Var/S², within 0.2 % of the exact
+// occupancy distribution at the rates SizeBloom accepts (sizing_test.go).
 func blockedRate(lambda float64, k, slots int) float64 {
 	if lambda <= 0 {
 		return 0
@@ -172,13 +188,23 @@ func blockedRate(lambda float64, k, slots int) float64 {
 	sd := math.Sqrt(lambda)
 	lo := max(0, int(lambda-12*sd-8))
 	hi := int(lambda+12*sd+16) + 1
-	q := math.Log1p(-1.0 / float64(slots))
+	s := float64(slots)
+	q1, q2 := math.Log1p(-1/s), math.Log1p(-2/s)
+	kf := float64(k)
 	logL := math.Log(lambda)
 	sum := 0.0
 	for i := lo; i <= hi; i++ {
 		lg, _ := math.Lgamma(float64(i + 1))
 		pmf := math.Exp(-lambda + float64(i)*logL - lg)
-		sum += pmf * math.Pow(-math.Expm1(float64(k*i)*q), float64(k))
+		t := float64(k * i)
+		e1 := math.Exp(t * q1)
+		mu := 1 - e1
+		f := math.Pow(mu, kf)
+		if k > 1 && i > 0 {
+			v := ((s-1)*math.Exp(t*q2)+e1)/s - e1*e1
+			f += kf * (kf - 1) / 2 * math.Pow(mu, kf-2) * max(v, 0)
+		}
+		sum += pmf * f
 	}
 	return sum
 }

@@ -1,0 +1,63 @@
+package filter
+
+import (
+	"math"
+	"testing"
+)
+
+// exactBlockedRate is blockedRate computed from the exact distribution of
+// occupied slots in a block (probe by probe), not from its mean and variance.
+func exactBlockedRate(lambda float64, k, slots int) float64 {
+	sd := math.Sqrt(lambda)
+	hi := int(lambda+12*sd+16) + 1
+	s := float64(slots)
+	dist := make([]float64, slots+1) // dist[x]: P(x slots occupied)
+	dist[0] = 1
+	sum := 0.0
+	for i := 0; i <= hi; i++ {
+		if i > 0 {
+			for range k {
+				for x := slots; x >= 0; x-- {
+					v := dist[x] * float64(x) / s
+					if x > 0 {
+						v += dist[x-1] * float64(slots-x+1) / s
+					}
+					dist[x] = v
+				}
+			}
+		}
+		lg, _ := math.Lgamma(float64(i + 1))
+		pmf := math.Exp(-lambda + float64(i)*math.Log(lambda) - lg)
+		e := 0.0
+		for x, p := range dist {
+			e += p * math.Pow(float64(x)/s, float64(k))
+		}
+		sum += pmf * e
+	}
+	return sum
+}
+
+// TestBlockedRateExact checks the sizing model against the exact occupancy
+// distribution: a model without the variance term understates the rate.
+func TestBlockedRateExact(t *testing.T) {
+	for _, tc := range []struct {
+		p     float64
+		slots int
+	}{
+		{0.01, blockBits}, {0.001, blockBits}, {1e-6, blockBits},
+		{0.01, 256}, {0.001, 256}, {1e-5, 256}, // Counting's blocks
+	} {
+		blocks, k, err := sizeBlocked(1_000_000, tc.p, tc.slots)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lambda := 1e6 / float64(blocks)
+		model, exact := blockedRate(lambda, k, tc.slots), exactBlockedRate(lambda, k, tc.slots)
+		if math.Abs(model-exact)/exact > 0.003 {
+			t.Errorf("p=%g slots=%d k=%d: model %.6g, exact %.6g", tc.p, tc.slots, k, model, exact)
+		}
+		if exact > tc.p*1.003 {
+			t.Errorf("p=%g slots=%d: sized filter's exact rate %.6g exceeds the target", tc.p, tc.slots, exact)
+		}
+	}
+}
