@@ -120,17 +120,35 @@ func sizeBlocked(n uint64, p float64, slots int) (blocks uint64, k int, err erro
 	rate := func(blocks uint64, k int) float64 {
 		return blockedRate(float64(n)/float64(blocks), k, slots)
 	}
-	for kk := 1; kk <= maxK; kk++ {
-		hi := lo
-		for rate(hi, kk) > p {
-			if float64(hi) > 4*float64(lo)+64 {
-				hi = 0
-				break
+	// Try the classic k first; every other k then costs one evaluation
+	// unless it can match the best so far (ties go to the smaller k).
+	first := min(ClassicK(p), maxK)
+	for i := range maxK {
+		kk := first
+		if i > 0 {
+			if kk = i; kk >= first {
+				kk++
 			}
-			hi = hi*2 + 1
 		}
-		if hi == 0 {
-			continue
+		var hi uint64
+		if blocks == 0 {
+			for hi = lo; rate(hi, kk) > p; hi = hi*2 + 1 {
+				if float64(hi) > 4*float64(lo)+64 {
+					hi = 0
+					break
+				}
+			}
+			if hi == 0 {
+				continue
+			}
+		} else {
+			hi = blocks
+			if kk > k {
+				hi--
+			}
+			if hi < lo || rate(hi, kk) > p {
+				continue
+			}
 		}
 		l := lo
 		for l < hi { // smallest blocks with rate ≤ p, in [l, hi]
@@ -141,7 +159,7 @@ func sizeBlocked(n uint64, p float64, slots int) (blocks uint64, k int, err erro
 				l = mid + 1
 			}
 		}
-		if blocks == 0 || hi < blocks {
+		if blocks == 0 || hi < blocks || hi == blocks && kk < k {
 			blocks, k = hi, kk
 		}
 	}
@@ -191,20 +209,34 @@ func blockedRate(lambda float64, k, slots int) float64 {
 	s := float64(slots)
 	q1, q2 := math.Log1p(-1/s), math.Log1p(-2/s)
 	kf := float64(k)
-	logL := math.Log(lambda)
+	lg, _ := math.Lgamma(float64(lo + 1))
+	pmf := math.Exp(-lambda + float64(lo)*math.Log(lambda) - lg)
 	sum := 0.0
 	for i := lo; i <= hi; i++ {
-		lg, _ := math.Lgamma(float64(i + 1))
-		pmf := math.Exp(-lambda + float64(i)*logL - lg)
 		t := float64(k * i)
 		e1 := math.Exp(t * q1)
 		mu := 1 - e1
-		f := math.Pow(mu, kf)
-		if k > 1 && i > 0 {
-			v := ((s-1)*math.Exp(t*q2)+e1)/s - e1*e1
-			f += kf * (kf - 1) / 2 * math.Pow(mu, kf-2) * max(v, 0)
+		f := mu // k = 1: E[Y] = μ
+		if k > 1 {
+			e2 := math.Exp(t * q2)
+			v := e2 - e1*e1 + (e1-e2)/s // Var/S²
+			muk2 := powi(mu, k-2)
+			f = muk2*mu*mu + kf*(kf-1)/2*muk2*max(v, 0)
 		}
 		sum += pmf * f
+		pmf *= lambda / float64(i+1)
 	}
 	return sum
+}
+
+// powi returns x^n for n ≥ 0 by repeated squaring.
+func powi(x float64, n int) float64 {
+	r := 1.0
+	for ; n > 0; n >>= 1 {
+		if n&1 != 0 {
+			r *= x
+		}
+		x *= x
+	}
+	return r
 }

@@ -61,3 +61,35 @@ func TestBlockedRateExact(t *testing.T) {
 		}
 	}
 }
+
+// TestSizeBlockedSearch checks the pruned search against trying every k in
+// full.
+func TestSizeBlockedSearch(t *testing.T) {
+	exhaustive := func(n uint64, p float64, slots int) (uint64, int) {
+		lo := uint64(math.Max(1, math.Floor(ClassicBits(n, p)/float64(slots))))
+		var blocks uint64
+		var k int
+		for kk := 1; kk <= maxK; kk++ {
+			for b := lo; float64(b) <= 4*float64(lo)+64; b++ {
+				if blockedRate(float64(n)/float64(b), kk, slots) <= p {
+					if blocks == 0 || b < blocks {
+						blocks, k = b, kk
+					}
+					break
+				}
+			}
+		}
+		return blocks, k
+	}
+	for _, n := range []uint64{1, 7, 100, 1000, 12345} {
+		for _, p := range []float64{0.5, 0.1, 0.01, 0.001, 1e-4} {
+			for _, slots := range []int{blockBits, 256} {
+				blocks, k, err := sizeBlocked(n, p, slots)
+				wb, wk := exhaustive(n, p, slots)
+				if err != nil || blocks != wb || k != wk {
+					t.Errorf("n=%d p=%g slots=%d: %d blocks k=%d (%v), exhaustive %d blocks k=%d", n, p, slots, blocks, k, err, wb, wk)
+				}
+			}
+		}
+	}
+}
