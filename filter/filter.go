@@ -47,13 +47,16 @@ type Kind uint8
 
 // Filter kinds.
 const (
-	KindBloom Kind = 1 // blocked Bloom filter (*Bloom)
+	KindBloom    Kind = 1 // blocked Bloom filter (*Bloom)
+	KindScalable Kind = 2 // scalable Bloom filter (*Scalable)
 )
 
 func (k Kind) String() string {
 	switch k {
 	case KindBloom:
 		return "bloom"
+	case KindScalable:
+		return "scalable"
 	}
 	return "kind(" + itoa(uint64(k)) + ")"
 }
