@@ -39,6 +39,10 @@ var (
 	// its guarantees. The key was not added; every key added before is still
 	// reported present.
 	ErrFull = errors.New("filter: full")
+	// ErrNotFound reports a Remove of a key the filter does not hold (one of
+	// its slots is empty). Nothing was removed. It means deletes are out of
+	// step with adds; Stats.RemoveMisses counts it.
+	ErrNotFound = errors.New("filter: key not found")
 )
 
 // Kind identifies a filter family in the binary format. Values are part of the
@@ -49,6 +53,7 @@ type Kind uint8
 const (
 	KindBloom    Kind = 1 // blocked Bloom filter (*Bloom)
 	KindScalable Kind = 2 // scalable Bloom filter (*Scalable)
+	KindCounting Kind = 3 // counting Bloom filter (*Counting)
 )
 
 func (k Kind) String() string {
@@ -57,6 +62,8 @@ func (k Kind) String() string {
 		return "bloom"
 	case KindScalable:
 		return "scalable"
+	case KindCounting:
+		return "counting"
 	}
 	return "kind(" + itoa(uint64(k)) + ")"
 }
@@ -98,7 +105,8 @@ type Stats struct {
 	Capacity uint64
 	// TargetFPRate is the false-positive rate the filter was sized for.
 	TargetFPRate float64
-	// Items counts successful Add calls, duplicates included.
+	// Items counts successful Add calls, duplicates included, minus
+	// successful Remove calls.
 	Items uint64
 	// EstimatedDistinct estimates the number of distinct keys from the bits
 	// set (Swamidass & Baldi 2007), which unlike Items ignores duplicates.
@@ -114,6 +122,10 @@ type Stats struct {
 	// EstimatedFPRate is the false-positive rate expected for an absent key
 	// against the filter as it is now.
 	EstimatedFPRate float64
+	// RemoveMisses counts Remove calls that found the key absent and
+	// returned ErrNotFound (filters implementing Remover; zero otherwise).
+	// A rising count means deletes are out of step with adds.
+	RemoveMisses uint64
 }
 
 func itoa(v uint64) string {

@@ -57,6 +57,8 @@ func Decode(r io.Reader, cfg DecodeConfig) (Filter, error) {
 		return decodeBloomBody(fr)
 	case KindScalable:
 		return decodeScalableBody(fr)
+	case KindCounting:
+		return decodeCountingBody(fr)
 	}
 	return nil, fmt.Errorf("%w: unknown filter kind %d", ErrUnsupported, fr.kind)
 }
