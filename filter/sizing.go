@@ -198,8 +198,14 @@ func blockedFPRate(lambda float64, k int) float64 { return blockedRate(lambda, k
 // gives E[Y^k] ≈ μ^k + k(k−1)/2 · μ^(k−2) · Var/S², within 0.2 % of the exact
 // occupancy distribution at the rates SizeBloom accepts (sizing_test.go).
 func blockedRate(lambda float64, k, slots int) float64 {
-	if lambda <= 0 {
+	if !(lambda > 0) {
 		return 0
+	}
+	if lambda > 64*float64(slots) {
+		// Blocks this full answer yes to everything: the sum below
+		// gives 1 to within rounding, after ~√λ terms (absurdly many for
+		// the λ a damaged encoding can claim).
+		return 1
 	}
 	// Sum Pois(i; λ)·f(i) over i within ~12 standard deviations of λ;
 	// the tail beyond is < 1e-30.

@@ -93,3 +93,25 @@ func TestSizeBlockedSearch(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockedRateExtremes: absurd geometry (as a decoder may meet) answers
+// at once.
+func TestBlockedRateExtremes(t *testing.T) {
+	for _, tc := range []struct {
+		lambda float64
+		want   float64
+	}{
+		{0, 0}, {math.NaN(), 0}, {-1, 0}, {math.Inf(1), 1}, {1e18, 1}, {64 * blockBits * 1.01, 1},
+	} {
+		if got := blockedRate(tc.lambda, 7, blockBits); got != tc.want {
+			t.Errorf("blockedRate(%g) = %g, want %g", tc.lambda, got, tc.want)
+		}
+	}
+	if got := blockedRate(64*blockBits, 1, blockBits); math.Abs(got-1) > 1e-9 {
+		t.Errorf("rate at the cut-off = %g, want 1", got)
+	}
+	s := Sizing{Capacity: 1 << 62, FPRate: 0.01, Blocks: 1, K: 7}
+	if got := s.FPRateAt(1 << 62); got != 1 {
+		t.Errorf("FPRateAt of an overfull filter = %g", got)
+	}
+}
