@@ -5,11 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,12 +21,12 @@ func TestCuckooConformance(t *testing.T) {
 			return filter.NewCuckoo(filter.CuckooConfig{Capacity: n, FPRate: p, Seed: 42})
 		},
 		Decode: func(r io.Reader) (filter.Filter, error) { return filter.DecodeCuckoo(r, filter.DecodeConfig{}) },
-		Large:  !underRace,
+		Large:  !raceEnabled,
 	})
 }
 
 func TestCuckooGrowingConformance(t *testing.T) {
-	if underRace {
+	if raceEnabled {
 		t.Skip("slow under the race detector; TestCuckooConcurrentGrowth covers growth under -race")
 	}
 	filtertest.Run(t, filtertest.Factory{
@@ -128,7 +125,7 @@ func encode(t testing.TB, f filter.Filter) []byte {
 // through a failed insert, removing half and adding it back.
 func TestCuckooFillUntilFull(t *testing.T) {
 	n := 100_000
-	if underRace {
+	if raceEnabled {
 		n = 10_000
 	}
 	for _, tc := range []struct {
@@ -162,7 +159,7 @@ func TestCuckooFillUntilFull(t *testing.T) {
 			// of its buckets has a free slot; otherwise it returns ErrFull
 			// and leaves the filter exactly as it was.
 			failed, extra := 0, 100
-			if underRace {
+			if raceEnabled {
 				extra = 30
 			}
 			for _, k := range keys[len(acked)+1 : len(acked)+1+extra] {
@@ -207,7 +204,7 @@ func TestCuckooFillUntilFull(t *testing.T) {
 			}
 			filtertest.CheckPresent(t, c, kept)
 			q := 400_000
-			if underRace {
+			if raceEnabled {
 				q = 100_000
 			}
 			fp := filtertest.MeasureFP(c, filtertest.Emails(q, 32))
@@ -329,7 +326,7 @@ func TestCuckooGrowth(t *testing.T) {
 		t.Errorf("Capacity %d, Items %d", s.Capacity, s.Items)
 	}
 	q := 200_000
-	if underRace {
+	if raceEnabled {
 		q = 50_000
 	}
 	fp := filtertest.MeasureFP(c, filtertest.Emails(q, 51))
@@ -370,7 +367,7 @@ func TestCuckooGrowth(t *testing.T) {
 // them retry rather than miss a fingerprint in flight.
 func TestCuckooConcurrentRelocation(t *testing.T) {
 	n, rounds := 20_000, 3
-	if underRace {
+	if raceEnabled {
 		n, rounds = 5_000, 2
 	}
 	c, err := filter.NewCuckoo(filter.CuckooConfig{Capacity: uint64(n), Seed: 9})
@@ -521,7 +518,7 @@ func TestCuckooStats(t *testing.T) {
 		t.Errorf("EstimatedFPRate %.5f above the target at capacity", s.EstimatedFPRate)
 	}
 	q := 500_000
-	if underRace {
+	if raceEnabled {
 		q = 100_000
 	}
 	measured := float64(filtertest.MeasureFP(c, filtertest.Emails(q, 71))) / float64(q)
@@ -577,25 +574,6 @@ var goldenKeys = func() []string {
 	return keys
 }()
 
-// checkGolden compares enc with testdata/name, rewriting it under -update.
-func checkGolden(t *testing.T, name string, enc []byte) []byte {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, enc, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -run Golden -update to create it)", err)
-	}
-	if !bytes.Equal(enc, want) {
-		t.Fatalf("encoding changed; if intended, bump the format version and run -update\n got %x\nwant %x", enc, want)
-	}
-	return want
-}
-
 func TestCuckooGolden(t *testing.T) {
 	want := checkGolden(t, "cuckoo.golden", encode(t, goldenCuckoo(t)))
 	for _, dec := range []func() (filter.Filter, error){
@@ -619,14 +597,6 @@ func TestCuckooGolden(t *testing.T) {
 	}
 }
 
-// reseal recomputes the checksum of an encoding after a test patched it, so
-// the decoder's checks past the checksum are exercised.
-func reseal(b []byte) []byte {
-	n := len(b) - 4
-	binary.LittleEndian.PutUint32(b[n:], crc32.Checksum(b[:n], crc32.MakeTable(crc32.Castagnoli)))
-	return b
-}
-
 func TestDecodeCuckooErrors(t *testing.T) {
 	enc := encode(t, goldenCuckoo(t))
 	// Offsets in the golden encoding: parameters start at 20, the first
@@ -635,7 +605,7 @@ func TestDecodeCuckooErrors(t *testing.T) {
 	patch := func(off int, b ...byte) []byte {
 		c := bytes.Clone(enc)
 		copy(c[off:], b)
-		return reseal(c)
+		return resealTail(c)
 	}
 	u64 := func(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
 	u32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
@@ -688,7 +658,7 @@ func FuzzDecodeCuckoo(f *testing.F) {
 	enc := encode(f, goldenCuckoo(f))
 	f.Add(enc)
 	f.Add(enc[:60])
-	f.Add(reseal(append(bytes.Clone(enc[:len(enc)-12]), 0, 0, 0, 0)))
+	f.Add(resealTail(append(bytes.Clone(enc[:len(enc)-12]), 0, 0, 0, 0)))
 	full, _ := filter.NewCuckoo(filter.CuckooConfig{Capacity: 50, FPRate: 0.05, MaxKicks: 20})
 	for _, k := range filtertest.Emails(200, 90) {
 		full.Add(k) // until full: the victim slot is taken

@@ -23,7 +23,7 @@ func ExampleBloom() {
 func ExampleSizeBloom() {
 	s, _ := filter.SizeBloom(10_000_000, 0.001)
 	fmt.Printf("%.1f MiB, k=%d, %.2f bits/key\n", float64(s.Bytes())/(1<<20), s.K, s.BitsPerKey())
-	// Output: 18.5 MiB, k=9, 15.49 bits/key
+	// Output: 18.5 MiB, k=9, 15.55 bits/key
 }
 
 func ExampleDecode() {

@@ -39,7 +39,9 @@ var (
 	// its guarantees. The key was not added; every key added before is still
 	// reported present.
 	ErrFull = errors.New("filter: full")
-	// ErrNotFound reports a Remove that found nothing to remove.
+	// ErrNotFound reports a Remove of a key the filter does not hold.
+	// Nothing was removed. It means deletes are out of step with adds;
+	// Stats.RemoveMisses counts it.
 	ErrNotFound = errors.New("filter: key not found")
 	// ErrAmbiguous reports a Remove that matched entries in more than one
 	// place and cannot tell which is the key's: deleting the wrong one would
@@ -55,6 +57,8 @@ type Kind uint8
 // Filter kinds.
 const (
 	KindBloom    Kind = 1 // blocked Bloom filter (*Bloom)
+	KindScalable Kind = 2 // scalable Bloom filter (*Scalable)
+	KindCounting Kind = 3 // counting Bloom filter (*Counting)
 	KindCuckoo   Kind = 4 // cuckoo filter (*Cuckoo)
 	KindWindowed Kind = 5 // time-windowed Bloom generations (*Windowed)
 )
@@ -63,6 +67,10 @@ func (k Kind) String() string {
 	switch k {
 	case KindBloom:
 		return "bloom"
+	case KindScalable:
+		return "scalable"
+	case KindCounting:
+		return "counting"
 	case KindCuckoo:
 		return "cuckoo"
 	case KindWindowed:
@@ -108,7 +116,8 @@ type Stats struct {
 	Capacity uint64
 	// TargetFPRate is the false-positive rate the filter was sized for.
 	TargetFPRate float64
-	// Items counts successful Add calls, duplicates included.
+	// Items counts successful Add calls, duplicates included, minus
+	// successful Remove calls.
 	Items uint64
 	// EstimatedDistinct estimates the number of distinct keys from the bits
 	// set (Swamidass & Baldi 2007), which unlike Items ignores duplicates.
@@ -124,6 +133,10 @@ type Stats struct {
 	// EstimatedFPRate is the false-positive rate expected for an absent key
 	// against the filter as it is now.
 	EstimatedFPRate float64
+	// RemoveMisses counts Remove calls that found the key absent and
+	// returned ErrNotFound (filters implementing Remover; zero otherwise).
+	// A rising count means deletes are out of step with adds.
+	RemoveMisses uint64
 }
 
 func itoa(v uint64) string {

@@ -55,6 +55,10 @@ func Decode(r io.Reader, cfg DecodeConfig) (Filter, error) {
 	switch fr.kind {
 	case KindBloom:
 		return decodeBloomBody(fr)
+	case KindScalable:
+		return decodeScalableBody(fr)
+	case KindCounting:
+		return decodeCountingBody(fr)
 	case KindCuckoo:
 		return decodeCuckooBody(fr)
 	case KindWindowed:
@@ -122,6 +126,19 @@ func (fw *frameWriter) words(ws []uint64) {
 		fw.buf = appendWords(fw.buf, ws[:n])
 		ws = ws[n:]
 	}
+}
+
+// Write appends p to the frame, so that a whole frame can be nested in this
+// one's payload (Scalable stores its sub-filters' frames this way).
+func (fw *frameWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 && fw.err == nil {
+		fw.reserve(1)
+		c := copy(fw.buf[len(fw.buf):cap(fw.buf)], p)
+		fw.buf = fw.buf[:len(fw.buf)+c]
+		p = p[c:]
+	}
+	return n - len(p), fw.err
 }
 
 func (fw *frameWriter) finish() (int64, error) {
@@ -254,4 +271,39 @@ func (fr *frameReader) finish() error {
 		return fmt.Errorf("%w: checksum mismatch (stored %08x, computed %08x)", ErrCorrupt, want, got)
 	}
 	return nil
+}
+
+// nested returns a reader of the next n bytes of fr's payload, for a frame
+// stored inside it. Bytes read through it count toward fr's checksum; past n
+// bytes it reports io.EOF, so a nested frame cannot read beyond its share.
+func (fr *frameReader) nested(n uint64) *nestedReader { return &nestedReader{fr: fr, left: n} }
+
+type nestedReader struct {
+	fr   *frameReader
+	left uint64
+}
+
+func (r *nestedReader) Read(p []byte) (int, error) {
+	if r.fr.err != nil {
+		return 0, r.fr.err
+	}
+	if r.left == 0 {
+		return 0, io.EOF
+	}
+	if uint64(len(p)) > r.left {
+		p = p[:r.left]
+	}
+	n, err := r.fr.r.Read(p)
+	r.fr.crc = crc32.Update(r.fr.crc, crcTable, p[:n])
+	r.left -= uint64(n)
+	return n, err
+}
+
+// Len reports how many bytes are certainly available, so frameReader.words
+// allocates a table at once only when the input holds it.
+func (r *nestedReader) Len() int {
+	if l, ok := r.fr.r.(interface{ Len() int }); ok {
+		return int(min(uint64(max(l.Len(), 0)), r.left))
+	}
+	return 0
 }

@@ -379,7 +379,7 @@ func (w *Windowed) Stats() Stats {
 const windowedParamsLen = 48
 
 // bloomFrameLen is the length of the frame Bloom.WriteTo writes for s.
-func bloomFrameLen(s Sizing) uint64 { return 20 + bloomParamsLen + 8 + s.Bytes() + 4 }
+func bloomFrameLen(s Sizing) uint64 { return bloomFrameOverhead + s.Bytes() }
 
 // WriteTo writes w in the binary format (see format.go). It does not lock;
 // keys acknowledged before WriteTo was called are in the output, keys added
@@ -406,46 +406,6 @@ func (w *Windowed) WriteTo(wr io.Writer) (int64, error) {
 		}
 	}
 	return fw.finish()
-}
-
-// Write appends p to the frame, so that a frame written into it (a Windowed
-// generation's Bloom) is covered by the outer checksum.
-func (fw *frameWriter) Write(p []byte) (int, error) {
-	n := len(p)
-	for len(p) > 0 && fw.err == nil {
-		if len(fw.buf) == cap(fw.buf) {
-			fw.flush()
-		}
-		c := min(len(p), cap(fw.buf)-len(fw.buf))
-		fw.buf = append(fw.buf, p[:c]...)
-		p = p[c:]
-	}
-	if fw.err != nil {
-		return 0, fw.err
-	}
-	return n, nil
-}
-
-// frameSection reads the next n bytes of a frame, so that a frame nested in
-// it is covered by the outer checksum; past n it reports io.EOF.
-type frameSection struct {
-	fr   *frameReader
-	left uint64
-}
-
-func (s *frameSection) Read(p []byte) (int, error) {
-	if s.left == 0 {
-		return 0, io.EOF
-	}
-	if uint64(len(p)) > s.left {
-		p = p[:s.left]
-	}
-	s.fr.read(p)
-	if s.fr.err != nil {
-		return 0, s.fr.err
-	}
-	s.left -= uint64(len(p))
-	return len(p), nil
 }
 
 // DecodeWindowed reads a Windowed written by WriteTo. now is the clock of the
@@ -531,7 +491,7 @@ func decodeWindowedBody(fr *frameReader, now func() time.Time) (*Windowed, error
 	// capacity and per-generation rate and meets that rate.
 	genRate := windowedGenRate(w.fpRate, w.g)
 	for i, gen := range gens {
-		sec := &frameSection{fr: fr, left: payload / uint64(n)}
+		sec := fr.nested(payload / uint64(n))
 		inner, err := openFrame(sec, DecodeConfig{MaxBytes: fr.maxBytes}, KindBloom)
 		if err != nil {
 			return nil, fmt.Errorf("%w: generation %d: %w", ErrCorrupt, i, err)

@@ -51,7 +51,7 @@ func TestWindowedConformance(t *testing.T) {
 		Decode: func(r io.Reader) (filter.Filter, error) {
 			return filter.DecodeWindowed(r, filter.DecodeConfig{}, clock.Now)
 		},
-		Large: !underRace,
+		Large: !raceEnabled,
 	})
 }
 
@@ -182,7 +182,7 @@ func TestWindowedBoundedMemory(t *testing.T) {
 	}
 	var live []entry
 	windows := 100
-	if underRace {
+	if raceEnabled {
 		windows = 20
 	}
 	maxBytes := uint64(0)
@@ -225,7 +225,7 @@ func TestWindowedFPRate(t *testing.T) {
 	clock := newFakeClock(start)
 	const p = 0.01
 	capacity, q := 10_000, 400_000
-	if underRace {
+	if raceEnabled {
 		capacity, q = 2000, 50_000
 	}
 	w := newWindowed(t, filter.WindowedConfig{MaxTTL: 7 * time.Hour, Capacity: uint64(capacity), FPRate: p, Now: clock.Now})
@@ -461,14 +461,14 @@ func TestDecodeWindowedErrors(t *testing.T) {
 	patch := func(off int, b ...byte) []byte {
 		c := bytes.Clone(enc)
 		copy(c[off:], b)
-		return reseal(c)
+		return resealTail(c)
 	}
 	// patchInner patches the first generation's frame and reseals it too.
 	patchInner := func(off int, b ...byte) []byte {
 		c := bytes.Clone(enc)
 		copy(c[frames+off:], b)
-		reseal(c[frames : frames+frameLen])
-		return reseal(c)
+		resealTail(c[frames : frames+frameLen])
+		return resealTail(c)
 	}
 	u64 := func(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
 	u32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
@@ -507,7 +507,7 @@ func TestDecodeWindowedErrors(t *testing.T) {
 		{"generation checksum", func() []byte {
 			c := bytes.Clone(enc)
 			c[frames+frameLen-1] ^= 1
-			return reseal(c)
+			return resealTail(c)
 		}(), filter.DecodeConfig{}, filter.ErrCorrupt},
 		{"truncated generation", func() []byte {
 			c := bytes.Clone(enc[:frames+frameLen/2])
@@ -531,7 +531,7 @@ func FuzzDecodeWindowed(f *testing.F) {
 	enc := encode(f, w)
 	f.Add(enc)
 	f.Add(enc[:90])
-	f.Add(reseal(append(bytes.Clone(enc[:len(enc)-12]), 0, 0, 0, 0)))
+	f.Add(resealTail(append(bytes.Clone(enc[:len(enc)-12]), 0, 0, 0, 0)))
 	many := newWindowed(f, filter.WindowedConfig{MaxTTL: time.Hour, Generations: 3, Capacity: 200, FPRate: 0.001, Now: clock.Now})
 	for i, k := range filtertest.Emails(300, 700) {
 		many.AddUntil(k, clockStart.Add(time.Duration(i)*time.Hour/300))

@@ -20,8 +20,8 @@ func TestSize(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	for _, want := range []string{
-		"bits 154883584", "bytes 19360448 (18.46 MiB)", "probes (k) 9", "bits/key 15.49",
-		"143775876 bits (17.14 MiB)", "1.55× it", "0.5× 5000000", "1.0× 10000000 0.1%", "2.0× 20000000",
+		"bits 155452416", "bytes 19431552 (18.53 MiB)", "probes (k) 9", "bits/key 15.55",
+		"143775876 bits (17.14 MiB)", "1.56× it", "0.5× 5000000", "1.0× 10000000 0.1%", "2.0× 20000000",
 	} {
 		if !strings.Contains(strings.Join(strings.Fields(out), " "), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
