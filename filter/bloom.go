@@ -206,11 +206,7 @@ const bloomParamsLen = 40
 func (f *Bloom) WriteTo(w io.Writer) (int64, error) {
 	fw := newFrameWriter(w)
 	fw.header(KindBloom, f.seed, bloomParamsLen)
-	fw.u64(f.capacity)
-	fw.u64(math.Float64bits(f.fpRate))
-	fw.u64(f.blocks)
-	fw.u32(f.k)
-	fw.u32(0)
+	fw.geom(blockedGeom{f.capacity, f.fpRate, f.blocks, f.k})
 	fw.u64(f.items.Load())
 	fw.u64(uint64(len(f.words)) * 8)
 	fw.words(f.words)
@@ -231,42 +227,16 @@ func decodeBloomBody(fr *frameReader) (*Bloom, error) {
 	if fr.paramsLen != bloomParamsLen {
 		return nil, fmt.Errorf("%w: bloom parameter block is %d bytes, want %d", ErrCorrupt, fr.paramsLen, bloomParamsLen)
 	}
-	capacity := fr.u64()
-	fpRate := math.Float64frombits(fr.u64())
-	blocks := fr.u64()
-	k := fr.u32()
-	reserved := fr.u32()
-	items := fr.u64()
-	payload := fr.u64()
-	if fr.err != nil {
-		return nil, fr.err
-	}
-	switch {
-	case capacity == 0:
-		return nil, fmt.Errorf("%w: zero capacity", ErrCorrupt)
-	case !(fpRate > 0 && fpRate < 1):
-		return nil, fmt.Errorf("%w: false-positive rate %v", ErrCorrupt, fpRate)
-	case k == 0 || k > maxK:
-		return nil, fmt.Errorf("%w: %d probes", ErrCorrupt, k)
-	case reserved != 0:
-		return nil, fmt.Errorf("%w: reserved field set", ErrCorrupt)
-	case blocks == 0:
-		return nil, fmt.Errorf("%w: zero blocks", ErrCorrupt)
-	}
-	if err := checkBlocks(blocks); err != nil {
-		return nil, err
-	}
-	if payload != blocks*blockBits/8 {
-		return nil, fmt.Errorf("%w: payload %d bytes for %d blocks", ErrCorrupt, payload, blocks)
-	}
-	words, err := fr.words(blocks * blockWords)
+	g, err := fr.geom(checkBlocks)
 	if err != nil {
 		return nil, err
 	}
-	if err := fr.finish(); err != nil {
+	items := fr.u64()
+	words, err := fr.table(g.blocks, blockWords)
+	if err != nil {
 		return nil, err
 	}
-	f := &Bloom{words: words, blocks: blocks, k: k, seed: fr.seed, capacity: capacity, fpRate: fpRate}
+	f := &Bloom{words: words, blocks: g.blocks, k: g.k, seed: fr.seed, capacity: g.capacity, fpRate: g.fpRate}
 	f.items.Store(items)
 	return f, nil
 }

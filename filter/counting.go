@@ -287,11 +287,7 @@ func (f *Counting) Stats() Stats {
 func (f *Counting) WriteTo(w io.Writer) (int64, error) {
 	fw := newFrameWriter(w)
 	fw.header(KindCounting, f.seed, countingParamsLen)
-	fw.u64(f.capacity)
-	fw.u64(math.Float64bits(f.fpRate))
-	fw.u64(f.blocks)
-	fw.u32(f.k)
-	fw.u32(0)
+	fw.geom(blockedGeom{f.capacity, f.fpRate, f.blocks, f.k})
 	fw.u64(uint64(max(f.items.Load(), 0)))
 	fw.u64(f.removeMisses.Load())
 	fw.u64(uint64(len(f.words)) * 8)
@@ -313,45 +309,20 @@ func decodeCountingBody(fr *frameReader) (*Counting, error) {
 	if fr.paramsLen != countingParamsLen {
 		return nil, fmt.Errorf("%w: counting parameter block is %d bytes, want %d", ErrCorrupt, fr.paramsLen, countingParamsLen)
 	}
-	capacity := fr.u64()
-	fpRate := math.Float64frombits(fr.u64())
-	blocks := fr.u64()
-	k := fr.u32()
-	reserved := fr.u32()
-	items := fr.u64()
-	misses := fr.u64()
-	payload := fr.u64()
-	if fr.err != nil {
-		return nil, fr.err
-	}
-	switch {
-	case capacity == 0:
-		return nil, fmt.Errorf("%w: zero capacity", ErrCorrupt)
-	case !(fpRate > 0 && fpRate < 1):
-		return nil, fmt.Errorf("%w: false-positive rate %v", ErrCorrupt, fpRate)
-	case k == 0 || k > maxK:
-		return nil, fmt.Errorf("%w: %d probes", ErrCorrupt, k)
-	case reserved != 0:
-		return nil, fmt.Errorf("%w: reserved field set", ErrCorrupt)
-	case blocks == 0:
-		return nil, fmt.Errorf("%w: zero blocks", ErrCorrupt)
-	case items > math.MaxInt64:
-		return nil, fmt.Errorf("%w: %d items", ErrCorrupt, items)
-	}
-	if err := checkCountingBlocks(blocks); err != nil {
-		return nil, err
-	}
-	if payload != blocks*countingBlockWords*8 {
-		return nil, fmt.Errorf("%w: payload %d bytes for %d blocks", ErrCorrupt, payload, blocks)
-	}
-	words, err := fr.words(blocks * countingBlockWords)
+	g, err := fr.geom(checkCountingBlocks)
 	if err != nil {
 		return nil, err
 	}
-	if err := fr.finish(); err != nil {
+	items := fr.u64()
+	misses := fr.u64()
+	if fr.err == nil && items > math.MaxInt64 {
+		return nil, fmt.Errorf("%w: %d items", ErrCorrupt, items)
+	}
+	words, err := fr.table(g.blocks, countingBlockWords)
+	if err != nil {
 		return nil, err
 	}
-	f := &Counting{words: words, blocks: blocks, k: k, seed: fr.seed, capacity: capacity, fpRate: fpRate}
+	f := &Counting{words: words, blocks: g.blocks, k: g.k, seed: fr.seed, capacity: g.capacity, fpRate: g.fpRate}
 	f.items.Store(int64(items))
 	f.removeMisses.Store(misses)
 	return f, nil

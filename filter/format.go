@@ -7,6 +7,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"math"
 )
 
 // Binary format, version 1. All integers are little-endian.
@@ -306,4 +307,60 @@ func (r *nestedReader) Len() int {
 		return int(min(uint64(max(l.Len(), 0)), r.left))
 	}
 	return 0
+}
+
+// blockedGeom is the parameter prefix Bloom and Counting share: capacity
+// u64, false-positive rate f64, blocks u64, k u32, reserved u32 (24+8 bytes).
+type blockedGeom struct {
+	capacity uint64
+	fpRate   float64
+	blocks   uint64
+	k        uint32
+}
+
+func (fw *frameWriter) geom(g blockedGeom) {
+	fw.u64(g.capacity)
+	fw.u64(math.Float64bits(g.fpRate))
+	fw.u64(g.blocks)
+	fw.u32(g.k)
+	fw.u32(0)
+}
+
+// geom reads and checks a blockedGeom; check bounds the block count for the
+// family's block size.
+func (fr *frameReader) geom(check func(blocks uint64) error) (blockedGeom, error) {
+	g := blockedGeom{capacity: fr.u64(), fpRate: math.Float64frombits(fr.u64()), blocks: fr.u64(), k: fr.u32()}
+	reserved := fr.u32()
+	switch {
+	case fr.err != nil:
+		return g, fr.err
+	case g.capacity == 0:
+		return g, fmt.Errorf("%w: zero capacity", ErrCorrupt)
+	case !(g.fpRate > 0 && g.fpRate < 1):
+		return g, fmt.Errorf("%w: false-positive rate %v", ErrCorrupt, g.fpRate)
+	case g.k == 0 || g.k > maxK:
+		return g, fmt.Errorf("%w: %d probes", ErrCorrupt, g.k)
+	case reserved != 0:
+		return g, fmt.Errorf("%w: reserved field set", ErrCorrupt)
+	case g.blocks == 0:
+		return g, fmt.Errorf("%w: zero blocks", ErrCorrupt)
+	}
+	return g, check(g.blocks)
+}
+
+// table reads the payload length and then the table of a blocked filter
+// with blockWords words per block, and checks the frame's checksum.
+func (fr *frameReader) table(blocks, blockWords uint64) ([]uint64, error) {
+	payload := fr.u64()
+	if fr.err != nil {
+		return nil, fr.err
+	}
+	if payload != blocks*blockWords*8 {
+		return nil, fmt.Errorf("%w: payload %d bytes for %d blocks", ErrCorrupt, payload, blocks)
+	}
+	words, err := fr.words(blocks * blockWords)
+	if err != nil {
+		return nil, err
+	}
+	return words, fr.finish()
 }
