@@ -248,7 +248,7 @@ func (fr *frameReader) words(n uint64) ([]uint64, error) {
 		if done == uint64(len(ws)) {
 			ws = append(ws, make([]uint64, min(uint64(len(ws)), n-done))...)
 		}
-		c := min(uint64(len(ws))-done, 1<<17) // 1 MiB per read
+		c := min(uint64(len(ws))-done, 1<<13) // 64 KiB per read: checksummed while still in cache
 		fr.readWords(ws[done : done+c])
 		if fr.err != nil {
 			return nil, fr.err
