@@ -52,8 +52,8 @@ func TestRun(t *testing.T) {
 		}
 	}
 	ts := Targets(rows)
-	if len(ts) != 2+2*len(rates) {
-		t.Errorf("%d targets, want %d", len(ts), 2+2*len(rates))
+	if len(ts) != 3+2*len(rates) {
+		t.Errorf("%d targets, want %d", len(ts), 3+2*len(rates))
 	}
 	for _, tg := range ts {
 		if !tg.Known {

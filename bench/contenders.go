@@ -59,6 +59,7 @@ type Contender struct {
 // Contender names.
 const (
 	NameBloomgate    = "bloomgate"
+	NameBloomgateH   = "bloomgate-hashed"
 	NameBlobloom     = "blobloom"
 	NameBitsAndBloom = "bits-and-blooms"
 	NameBinaryFuse8  = "binaryfuse8"
@@ -68,6 +69,7 @@ const (
 func Contenders() []Contender {
 	return []Contender{
 		{Name: NameBloomgate, Codec: "WriteTo / DecodeBloom (bytes.Reader; CRC-32C verified)", Build: buildBloomgate},
+		{Name: NameBloomgateH, Codec: "as bloomgate", Build: buildBloomgateHashed},
 		{Name: NameBlobloom, Codec: "blobloom.Dump / NewLoader(bytes.Reader).Load", Build: buildBlobloom},
 		{Name: NameBitsAndBloom, Codec: "WriteTo / ReadFrom (bytes.Reader)", Build: buildBitsAndBlooms},
 		{Name: NameBinaryFuse8, Static: true, Codec: "Save / LoadBinaryFuse8 (bytes.Reader)", Build: buildBinaryFuse8},
@@ -152,6 +154,71 @@ func (x *bloomgateFilter) Decode(enc []byte) (Filter, error) {
 		return nil, err
 	}
 	return &bloomgateFilter{f: f, n: x.n, p: x.p}, nil
+}
+
+// bloomgate-hashed: the same filter.Bloom, used the way blobloom is: the
+// caller's loop hashes (Bloom.Hash) and passes the hash (AddHash,
+// MayContainHash). Both calls inline, so the loop calls only the hash
+// function. See README: on the benchmark machine this is much faster at 10 M
+// keys than MayContain, which calls the hash function from inside itself.
+
+type bloomgateHashedFilter struct{ bloomgateFilter }
+
+func buildBloomgateHashed(keys [][]byte, p float64) (Filter, error) {
+	f, err := buildBloomgate(keys, p)
+	if err != nil {
+		return nil, err
+	}
+	return &bloomgateHashedFilter{*f.(*bloomgateFilter)}, nil
+}
+
+func (x *bloomgateHashedFilter) BenchAdd(b *testing.B, keys [][]byte) {
+	f, err := newBloomgate(x.n, x.p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	for b.Loop() {
+		if i == len(keys) {
+			b.StopTimer()
+			f, _ = newBloomgate(x.n, x.p)
+			i = 0
+			b.StartTimer()
+		}
+		f.AddHash(f.Hash(keys[i]))
+		i++
+	}
+}
+
+func (x *bloomgateHashedFilter) BenchLookup(b *testing.B, keys [][]byte) int {
+	f, hits, i := x.f, 0, 0
+	for b.Loop() {
+		if f.MayContainHash(f.Hash(keys[i])) {
+			hits++
+		}
+		if i++; i == len(keys) {
+			i = 0
+		}
+	}
+	return hits
+}
+
+func (x *bloomgateHashedFilter) Count(keys [][]byte) int {
+	hits := 0
+	for _, k := range keys {
+		if x.f.MayContainHash(x.f.Hash(k)) {
+			hits++
+		}
+	}
+	return hits
+}
+
+func (x *bloomgateHashedFilter) Decode(enc []byte) (Filter, error) {
+	f, err := x.bloomgateFilter.Decode(enc)
+	if err != nil {
+		return nil, err
+	}
+	return &bloomgateHashedFilter{*f.(*bloomgateFilter)}, nil
 }
 
 // blobloom: the plain (not concurrency-safe) blobloom.Filter, the fastest it

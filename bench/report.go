@@ -104,6 +104,14 @@ func Targets(rows []Row) []Target {
 		}
 		ts = append(ts, t)
 	}
+	if bh, ok := find(rows, NameBloomgateH, nMax, pMin); ok && okBL {
+		v := bh.AbsentNs / bl.AbsentNs
+		ts = append(ts, Target{
+			What:  "(same, bloomgate hashing in the caller: MayContainHash(Hash(key)) / blobloom)",
+			Value: fmt.Sprintf("%.2f× (%.1f / %.1f ns)", v, bh.AbsentNs, bl.AbsentNs),
+			Goal:  "≤ 1.00×", Met: v <= 1, Known: true,
+		})
+	}
 	{
 		t := Target{What: "absent lookup, bits-and-blooms / bloomgate (" + at + ")", Goal: "≥ 3.00×", Known: okBG && okBB}
 		if t.Known {
