@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"runtime"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"testing"
@@ -100,24 +98,10 @@ func BenchEncode(b *testing.B, f Filter) {
 }
 
 // BenchDecode times decoding enc, from memory, into a new filter.
-//
-// Every decode allocates a table as big as enc, so with the collector on, the
-// timed loop would pay for marking the caller's whole heap: in cmd/compare
-// that is 12 M keys, and it halved the measured decode throughput at 10 M
-// keys. The collector is therefore paused while timing and run with the
-// timer stopped after every GiB decoded.
 func BenchDecode(b *testing.B, f Filter, enc []byte) {
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	b.SetBytes(int64(len(enc)))
 	b.ReportAllocs()
-	garbage := 0
 	for b.Loop() {
-		if garbage += len(enc); garbage > 1<<30 {
-			b.StopTimer()
-			runtime.GC()
-			garbage = 0
-			b.StartTimer()
-		}
 		if _, err := f.Decode(enc); err != nil {
 			b.Fatal(err)
 		}
