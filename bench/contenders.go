@@ -50,7 +50,8 @@ type Contender struct {
 	// Static filters are built once from all keys and cannot Add. Their
 	// false-positive rate is fixed by the structure, so Build ignores p.
 	Static bool
-	// Codec names the serialization Encode and Decode use.
+	// Codec names the serialization Encode and Decode use (encode into a
+	// bytes.Buffer, decode from a bytes.Reader).
 	Codec string
 	// Build returns a filter holding keys, sized for len(keys) keys at rate p.
 	Build func(keys [][]byte, p float64) (Filter, error)
@@ -68,11 +69,11 @@ const (
 // Contenders returns every filter compared, bloomgate first.
 func Contenders() []Contender {
 	return []Contender{
-		{Name: NameBloomgate, Codec: "WriteTo / DecodeBloom (bytes.Reader; CRC-32C verified)", Build: buildBloomgate},
-		{Name: NameBloomgateH, Codec: "as bloomgate", Build: buildBloomgateHashed},
-		{Name: NameBlobloom, Codec: "blobloom.Dump / NewLoader(bytes.Reader).Load", Build: buildBlobloom},
-		{Name: NameBitsAndBloom, Codec: "WriteTo / ReadFrom (bytes.Reader)", Build: buildBitsAndBlooms},
-		{Name: NameBinaryFuse8, Static: true, Codec: "Save / LoadBinaryFuse8 (bytes.Reader)", Build: buildBinaryFuse8},
+		{Name: NameBloomgate, Codec: "Bloom.WriteTo / filter.DecodeBloom (CRC-32C verified)", Build: buildBloomgate},
+		{Name: NameBloomgateH, Codec: "the same as bloomgate (same filter, looked up as MayContainHash(Hash(key)))", Build: buildBloomgateHashed},
+		{Name: NameBlobloom, Codec: "blobloom.Dump / blobloom.NewLoader(r).Load", Build: buildBlobloom},
+		{Name: NameBitsAndBloom, Codec: "BloomFilter.WriteTo / BloomFilter.ReadFrom", Build: buildBitsAndBlooms},
+		{Name: NameBinaryFuse8, Static: true, Codec: "BinaryFuse8.Save / xorfilter.LoadBinaryFuse8", Build: buildBinaryFuse8},
 	}
 }
 

@@ -28,12 +28,13 @@ func Table(rows []Row, md bool) string {
 	var sb strings.Builder
 	writeTable(&sb, header, "rrlrrrrrrrr", cells, md)
 	sb.WriteString("\n")
+	sb.WriteString("- Times are medians over the rounds. Encode writes to a reused bytes.Buffer; decode reads a bytes.Reader into a new filter.\n")
 	seen := map[string]bool{}
 	for _, c := range Contenders() {
 		for _, r := range rows {
 			if r.Filter == c.Name && !seen[c.Name] {
 				seen[c.Name] = true
-				fmt.Fprintf(&sb, "- %s: encode/decode with %s.\n", c.Name, c.Codec)
+				fmt.Fprintf(&sb, "- %s: encode / decode = %s.\n", c.Name, c.Codec)
 			}
 		}
 	}

@@ -22,7 +22,7 @@ func main() {
 		ns        = flag.String("n", "1000000,10000000", "comma-separated key counts")
 		ps        = flag.String("p", "0.01,0.001", "comma-separated target false-positive rates")
 		absent    = flag.Int("absent", bench.DefaultAbsent, "absent keys to measure false positives on")
-		benchTime = flag.Duration("benchtime", 500*time.Millisecond, "time per measurement")
+		benchTime = flag.Duration("benchtime", 300*time.Millisecond, "time per measurement")
 		count     = flag.Int("count", 3, "rounds of timings; the table shows medians")
 		quick     = flag.Bool("quick", false, "smoke test: n = 100000 only, one round of 200ms per measurement")
 		md        = flag.Bool("md", false, "print markdown tables instead of aligned text")
