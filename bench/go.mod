@@ -1,6 +1,6 @@
 module github.com/bloomgate/bloomgate/bench
 
-go 1.26
+go 1.26.0
 
 replace github.com/bloomgate/bloomgate => ../
 
@@ -15,5 +15,5 @@ require (
 	github.com/bits-and-blooms/bitset v1.24.2 // indirect
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
-	golang.org/x/sys v0.30.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 )
