@@ -1,0 +1,132 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+)
+
+// The benchmark matrix. Keys and filters are built on first use and kept, so
+// selecting a part with -bench (for example -bench 'Lookup.*/n=1M/') builds
+// only what it needs.
+//
+//	cd bench && go test -run '^$' -bench . -count 6 | tee new.txt
+//	benchstat -col /filter new.txt
+var (
+	benchSizes = []int{1_000_000, 10_000_000}
+	benchRates = []float64{0.01, 0.001}
+)
+
+var fixtures struct {
+	sync.Mutex
+	keys    map[int]*Keys
+	filters map[string]Filter
+}
+
+func benchKeys(n int) *Keys {
+	fixtures.Lock()
+	defer fixtures.Unlock()
+	if fixtures.keys == nil {
+		fixtures.keys = map[int]*Keys{}
+	}
+	k, ok := fixtures.keys[n]
+	if !ok {
+		k = NewKeys(n, DefaultAbsent)
+		fixtures.keys[n] = k
+	}
+	return k
+}
+
+func benchFilter(b *testing.B, c Contender, n int, p float64) Filter {
+	keys := benchKeys(n)
+	fixtures.Lock()
+	defer fixtures.Unlock()
+	if fixtures.filters == nil {
+		fixtures.filters = map[string]Filter{}
+	}
+	id := fmt.Sprintf("%s/%d/%g", c.Name, n, p)
+	f, ok := fixtures.filters[id]
+	if !ok {
+		var err error
+		if f, err = c.Build(keys.Present, p); err != nil {
+			b.Fatal(err)
+		}
+		fixtures.filters[id] = f
+	}
+	return f
+}
+
+// matrix runs fn as BenchmarkX/n=…/p=…/filter for every size, rate and
+// contender. Static filters ignore p and run once per size, under their own
+// fixed rate (p=0.0039 for binaryfuse8).
+func matrix(b *testing.B, adds bool, fn func(b *testing.B, keys *Keys, f Filter)) {
+	for _, n := range benchSizes {
+		b.Run("n="+fmtN(n), func(b *testing.B) {
+			for _, p := range append(benchRates[:len(benchRates):len(benchRates)], 0) {
+				for _, c := range Contenders() {
+					if c.Static != (p == 0) || (adds && c.Static) {
+						continue
+					}
+					label := fmt.Sprintf("p=%g", p)
+					if c.Static {
+						label = fmt.Sprintf("p=%.2g", math.Exp2(-8))
+					}
+					b.Run(label+"/"+c.Name, func(b *testing.B) {
+						fn(b, benchKeys(n), benchFilter(b, c, n, p))
+					})
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkAdd(b *testing.B) {
+	matrix(b, true, func(b *testing.B, keys *Keys, f Filter) {
+		b.ReportAllocs()
+		f.BenchAdd(b, keys.Present)
+	})
+}
+
+func BenchmarkLookupPresent(b *testing.B) {
+	matrix(b, false, func(b *testing.B, keys *Keys, f Filter) {
+		b.ReportAllocs()
+		if hits := f.BenchLookup(b, keys.Present); hits != b.N {
+			b.Fatalf("%d false negatives", b.N-hits)
+		}
+	})
+}
+
+// BenchmarkLookupAbsent also reports the filter's size and its false-positive
+// rate measured on all the absent keys.
+func BenchmarkLookupAbsent(b *testing.B) {
+	matrix(b, false, func(b *testing.B, keys *Keys, f Filter) {
+		b.ReportAllocs()
+		f.BenchLookup(b, keys.Absent)
+		b.ReportMetric(float64(f.Bytes())*8/float64(len(keys.Present)), "bits/key")
+		b.ReportMetric(float64(f.Count(keys.Absent))/float64(len(keys.Absent)), "FP")
+	})
+}
+
+// BenchmarkLookupParallel looks up absent keys from Goroutines goroutines.
+func BenchmarkLookupParallel(b *testing.B) {
+	matrix(b, false, func(b *testing.B, keys *Keys, f Filter) {
+		BenchParallel(b, f, keys.Absent, Goroutines)
+	})
+}
+
+func BenchmarkEncode(b *testing.B) {
+	matrix(b, false, func(b *testing.B, _ *Keys, f Filter) { BenchEncode(b, f) })
+}
+
+// BenchmarkDecode decodes from memory; its MB/s is decode throughput.
+func BenchmarkDecode(b *testing.B) {
+	matrix(b, false, func(b *testing.B, _ *Keys, f Filter) {
+		var buf bytes.Buffer
+		if err := f.Encode(&buf); err != nil {
+			b.Fatal(err)
+		}
+		BenchDecode(b, f, buf.Bytes())
+	})
+}

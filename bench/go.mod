@@ -1,0 +1,19 @@
+module github.com/bloomgate/bloomgate/bench
+
+go 1.26.0
+
+replace github.com/bloomgate/bloomgate => ../
+
+require (
+	github.com/FastFilter/xorfilter v0.4.2-0.20260120015552-4e5a4d9df65a
+	github.com/bits-and-blooms/bloom/v3 v3.7.1
+	github.com/bloomgate/bloomgate v0.0.0-00010101000000-000000000000
+	github.com/greatroar/blobloom v0.8.1
+)
+
+require (
+	github.com/bits-and-blooms/bitset v1.24.2 // indirect
+	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
+	github.com/zeebo/xxh3 v1.1.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
