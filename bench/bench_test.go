@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -128,5 +129,104 @@ func BenchmarkDecode(b *testing.B) {
 			b.Fatal(err)
 		}
 		BenchDecode(b, f, buf.Bytes())
+	})
+}
+
+// The family benchmarks: BenchmarkFamilyX/<family>[-<setting>]/n=…/<filter>,
+// the filters of FamilyGroups at familySizes keys, for example
+//
+//	go test -run '^$' -bench 'Family.*/counting/n=1M/' -count 6
+var familySizes = []int{1_000_000, 10_000_000}
+
+var familyFixtures struct {
+	sync.Mutex
+	filters map[string]FamilyFilter
+}
+
+// familyLabel names a group in benchmark names: its family, and for a family
+// measured in more than one setting, which ("cuckoo-p=0.1%", "cuckoo-p=3%").
+func familyLabel(groups []FamilyGroup, i int) string {
+	g, label := groups[i], groups[i].Family
+	for j, h := range groups {
+		if j != i && h.Family == g.Family {
+			p, _, _ := strings.Cut(strings.TrimPrefix(g.Setting, "p "), ":")
+			p = strings.NewReplacer("≈", "", " ", "", "=", "").Replace(p)
+			return label + "-p=" + p
+		}
+	}
+	return label
+}
+
+func familyMatrix(b *testing.B, fn func(b *testing.B, keys *Keys, f FamilyFilter)) {
+	groups := FamilyGroups()
+	for i, g := range groups {
+		b.Run(familyLabel(groups, i), func(b *testing.B) {
+			for _, n := range familySizes {
+				b.Run("n="+fmtN(n), func(b *testing.B) {
+					for _, m := range g.Members {
+						b.Run(strings.NewReplacer("/", "-", " ", "-").Replace(m.Name), func(b *testing.B) {
+							keys := benchKeys(n)
+							id := fmt.Sprintf("%s/%s/%s/%d", g.Family, g.Setting, m.Name, n)
+							familyFixtures.Lock()
+							if familyFixtures.filters == nil {
+								familyFixtures.filters = map[string]FamilyFilter{}
+							}
+							f, ok := familyFixtures.filters[id]
+							if !ok {
+								var err error
+								if f, err = m.Build(keys.Present); err != nil {
+									familyFixtures.Unlock()
+									b.Fatal(err)
+								}
+								familyFixtures.filters[id] = f
+							}
+							familyFixtures.Unlock()
+							fn(b, keys, f)
+						})
+					}
+				})
+			}
+		})
+	}
+}
+
+func BenchmarkFamilyAdd(b *testing.B) {
+	familyMatrix(b, func(b *testing.B, keys *Keys, f FamilyFilter) {
+		b.ReportAllocs()
+		f.BenchAdd(b, keys.Present)
+	})
+}
+
+// BenchmarkFamilyLookupPresent reports false negatives as a metric: peers
+// whose Add can fail may lose keys.
+func BenchmarkFamilyLookupPresent(b *testing.B) {
+	familyMatrix(b, func(b *testing.B, keys *Keys, f FamilyFilter) {
+		b.ReportAllocs()
+		f.BenchLookup(b, keys.Present)
+		b.ReportMetric(float64(len(keys.Present)-f.Count(keys.Present)), "false-negatives")
+	})
+}
+
+// BenchmarkFamilyLookupAbsent also reports the filter's size and its
+// false-positive rate measured on all the absent keys.
+func BenchmarkFamilyLookupAbsent(b *testing.B) {
+	familyMatrix(b, func(b *testing.B, keys *Keys, f FamilyFilter) {
+		b.ReportAllocs()
+		f.BenchLookup(b, keys.Absent)
+		b.ReportMetric(float64(f.Bytes())*8/float64(len(keys.Present)), "bits/key")
+		b.ReportMetric(float64(f.Count(keys.Absent))/float64(len(keys.Absent)), "FP")
+	})
+}
+
+// BenchmarkFamilyRemove runs on the filters that can delete (counting,
+// cuckoo); it skips the others.
+func BenchmarkFamilyRemove(b *testing.B) {
+	familyMatrix(b, func(b *testing.B, keys *Keys, f FamilyFilter) {
+		rm, ok := f.(RemoveBencher)
+		if !ok {
+			b.Skip("cannot remove")
+		}
+		b.ReportAllocs()
+		rm.BenchRemove(b, keys.Present)
 	})
 }

@@ -1,4 +1,5 @@
-// Package bench compares bloomgate's filter.Bloom with other Go membership
+// Package bench compares bloomgate's filter.Bloom, and its other filter
+// families (families.go: Scalable, Counting, Cuckoo), with other Go membership
 // filters: the same e-mail-like keys, the same process, the same run. It is a
 // module of its own so that the peers it imports stay out of bloomgate's
 // go.mod.

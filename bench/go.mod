@@ -9,10 +9,15 @@ require (
 	github.com/bits-and-blooms/bloom/v3 v3.7.1
 	github.com/bloomgate/bloomgate v0.0.0-00010101000000-000000000000
 	github.com/greatroar/blobloom v0.8.1
+	github.com/linvon/cuckoo-filter v0.4.0
+	github.com/seiflotfy/cuckoofilter v0.0.0-20240715131351-a2f2c23f1771
+	github.com/tylertreat/BoomFilters v0.0.0-20251001182300-5b3723cc64ae
 )
 
 require (
 	github.com/bits-and-blooms/bitset v1.24.2 // indirect
+	github.com/d4l3k/messagediff v1.2.1 // indirect
+	github.com/dgryski/go-metro v0.0.0-20200812162917-85c65e2d0165 // indirect
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect

@@ -3,6 +3,7 @@
 //
 //	cd bench && go run ./cmd/compare -md
 //	cd bench && go run ./cmd/compare -quick   # n = 100k only, a smoke test
+//	cd bench && go run ./cmd/compare -families -md   # Scalable, Counting, Cuckoo vs their peers
 package main
 
 import (
@@ -26,6 +27,7 @@ func main() {
 		count     = flag.Int("count", 3, "rounds of timings; the table shows medians")
 		quick     = flag.Bool("quick", false, "smoke test: n = 100000 only, one round of 200ms per measurement")
 		md        = flag.Bool("md", false, "print markdown tables instead of aligned text")
+		families  = flag.Bool("families", false, "compare the other filter families (Scalable, Counting, Cuckoo) with their peers instead of Bloom; -p is ignored")
 	)
 	flag.Parse()
 	cfg := bench.Config{Absent: *absent, BenchTime: *benchTime, Count: *count, Progress: os.Stderr}
@@ -42,15 +44,29 @@ func main() {
 		cfg.Count = 1
 	}
 	start := time.Now()
+	if *families {
+		rows, err := bench.RunFamilies(bench.FamilyConfig{N: cfg.N, Absent: cfg.Absent, BenchTime: cfg.BenchTime, Count: cfg.Count, Progress: os.Stderr})
+		if err != nil {
+			fatal(err)
+		}
+		printEnv(cfg, start)
+		fmt.Println(bench.FamilyTable(rows, *md))
+		fmt.Print(bench.TargetsTable(bench.FamilyTargets(rows), *md))
+		return
+	}
 	rows, err := bench.Run(cfg)
 	if err != nil {
 		fatal(err)
 	}
+	printEnv(cfg, start)
+	fmt.Println(bench.Table(rows, *md))
+	fmt.Print(bench.TargetsTable(bench.Targets(rows), *md))
+}
+
+func printEnv(cfg bench.Config, start time.Time) {
 	fmt.Printf("cpu: %s, %d cores, GOMAXPROCS %d, %s %s/%s; %d absent keys; median of %d × %v per measurement; run took %v\n\n",
 		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH,
 		cfg.Absent, cfg.Count, cfg.BenchTime, time.Since(start).Round(time.Second))
-	fmt.Println(bench.Table(rows, *md))
-	fmt.Print(bench.TargetsTable(bench.Targets(rows), *md))
 }
 
 func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {
