@@ -347,9 +347,11 @@ func TestLookupCountsAndCoalesces(t *testing.T) {
 	// Concurrent lookups of one key share one fetch.
 	release := make(chan struct{})
 	var calls atomic.Int32
-	var wg sync.WaitGroup
+	var wg, started sync.WaitGroup
+	started.Add(8)
 	for range 8 {
 		wg.Go(func() {
+			started.Done()
 			bloomgate.Lookup(context.Background(), g, "user7@example.com", func(context.Context) (int, bool, error) {
 				calls.Add(1)
 				<-release
@@ -357,6 +359,7 @@ func TestLookupCountsAndCoalesces(t *testing.T) {
 			})
 		})
 	}
+	started.Wait()
 	time.Sleep(50 * time.Millisecond) // let them pile onto the one flight
 	close(release)
 	wg.Wait()
