@@ -302,9 +302,8 @@ func TestConcurrentNoFalseNegatives(t *testing.T) {
 			}
 		})
 	}
-	for acked.Load() < int64(len(added)) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	// Run until every key is acknowledged and rebuilds have overlapped.
+	waitFor(t, func() bool { return acked.Load() == int64(len(added)) && g.Stats().Builds >= 3 })
 	cancel()
 	wg.Wait()
 	if n := failures.Load(); n > 0 {
