@@ -77,10 +77,10 @@ func (f *Bloom) Seed() uint64 { return f.seed }
 func (f *Bloom) Hash(key []byte) uint64 { return Hash(key, f.seed) }
 
 // Add inserts key. It always returns nil.
-func (f *Bloom) Add(key []byte) error { f.AddHash(Hash(key, f.seed)); return nil }
+func (f *Bloom) Add(key []byte) error { f.addHash(Hash(key, f.seed)); return nil }
 
 // AddString inserts key. It always returns nil.
-func (f *Bloom) AddString(key string) error { f.AddHash(HashString(key, f.seed)); return nil }
+func (f *Bloom) AddString(key string) error { f.addHash(HashString(key, f.seed)); return nil }
 
 // MayContain reports whether key may be in the filter.
 func (f *Bloom) MayContain(key []byte) bool { return f.MayContainHash(Hash(key, f.seed)) }
@@ -103,8 +103,10 @@ func (f *Bloom) block(h uint64) *[blockWords]uint64 {
 // positions are independent of the block choice.
 const probeMul = 0x9E3779B97F4A7C15
 
-// AddHash inserts a key by its hash (see Hash).
-func (f *Bloom) AddHash(h uint64) {
+// AddHash inserts a key by its hash (see Hash). It always returns nil.
+func (f *Bloom) AddHash(h uint64) error { f.addHash(h); return nil }
+
+func (f *Bloom) addHash(h uint64) {
 	b := f.block(h)
 	var m [blockWords]uint64
 	g := h

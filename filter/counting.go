@@ -110,10 +110,10 @@ func (f *Counting) Seed() uint64 { return f.seed }
 func (f *Counting) Hash(key []byte) uint64 { return Hash(key, f.seed) }
 
 // Add inserts key. It always returns nil.
-func (f *Counting) Add(key []byte) error { f.AddHash(Hash(key, f.seed)); return nil }
+func (f *Counting) Add(key []byte) error { f.addHash(Hash(key, f.seed)); return nil }
 
 // AddString inserts key. It always returns nil.
-func (f *Counting) AddString(key string) error { f.AddHash(HashString(key, f.seed)); return nil }
+func (f *Counting) AddString(key string) error { f.addHash(HashString(key, f.seed)); return nil }
 
 // Remove deletes one earlier Add of key. It returns ErrNotFound, and removes
 // nothing, when the key is certainly absent.
@@ -143,8 +143,10 @@ func probe(g uint64) (word, shift uint64) {
 	return pos >> 4, (pos & 15) * 4
 }
 
-// AddHash inserts a key by its hash (see Hash).
-func (f *Counting) AddHash(h uint64) {
+// AddHash inserts a key by its hash (see Hash). It always returns nil.
+func (f *Counting) AddHash(h uint64) error { f.addHash(h); return nil }
+
+func (f *Counting) addHash(h uint64) {
 	b := f.block(h)
 	g := h
 	for i := f.k; i > 0; i-- {

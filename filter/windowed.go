@@ -247,7 +247,7 @@ func (w *Windowed) AddHashUntil(h uint64, expiresAt time.Time) error {
 	if len(gens) == 0 || gens[0].end >= nowNs { // nothing to drop
 		for _, g := range gens {
 			if g.end == end {
-				g.bloom.AddHash(h)
+				g.bloom.addHash(h)
 				return nil
 			}
 		}
@@ -256,7 +256,7 @@ func (w *Windowed) AddHashUntil(h uint64, expiresAt time.Time) error {
 	if err != nil {
 		return err
 	}
-	g.bloom.AddHash(h)
+	g.bloom.addHash(h)
 	return nil
 }
 
