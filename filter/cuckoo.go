@@ -131,14 +131,15 @@ type CuckooConfig struct {
 //
 // Concurrency: a Cuckoo is safe for concurrent use. Add and Remove take a
 // mutex. MayContain does not lock: it reads the table atomically under a
-// sequence counter that writers bump around relocation chains, and retries
-// when one ran meanwhile; after a few retries it waits for the writer mutex
-// (at most one chain of MaxKicks moves). Under a constant stream of inserts
+// sequence counter that writers make odd while they move a fingerprint (a
+// relocation chain, or the victim's return to the table after a Remove), and
+// retries when a move ran meanwhile; after a few retries it waits for the
+// writer mutex (at most one chain of MaxKicks moves). Under a constant stream of inserts
 // into a nearly full table, readers can therefore wait on writers. Use a Bloom
 // when lookups must never wait: its Add and MayContain never block.
 type Cuckoo struct {
 	mu     sync.Mutex    // serialises Add, Remove and WriteTo
-	seq    atomic.Uint64 // odd while a relocation chain moves fingerprints
+	seq    atomic.Uint64 // odd while a writer moves fingerprints (kick chain, victim re-home)
 	tables atomic.Pointer[[]*cuckooTable]
 
 	capacity   uint64 // Capacity of the first sub-filter
@@ -600,7 +601,10 @@ func (c *Cuckoo) insert(t *cuckooTable, h uint64) bool {
 	if c.rand()&1 == 0 {
 		i = i2
 	}
-	if !c.kick(t, fp, i, true) {
+	c.seq.Add(1)
+	ok := c.kick(t, fp, i, true)
+	c.seq.Add(1)
+	if !ok {
 		return false
 	}
 	t.items.Add(1)
@@ -612,10 +616,8 @@ func (c *Cuckoo) insert(t *cuckooTable, h uint64) bool {
 // MaxKicks times, until a fingerprint lands in a free slot. If none does, the
 // fingerprint left over goes to the victim slot when useVictim and the slot is
 // free; otherwise every move is undone and kick reports false, leaving the
-// table as it was. Readers are told through seq.
+// table as it was. The caller makes seq odd around it, so readers retry.
 func (c *Cuckoo) kick(t *cuckooTable, fp, i uint64, useVictim bool) bool {
-	c.seq.Add(1)
-	defer c.seq.Add(1)
 	for n := range c.maxKicks {
 		j := i*t.b + (c.rand()>>32)*t.b>>32
 		old := t.slot(j)
@@ -687,13 +689,18 @@ func (c *Cuckoo) RemoveHash(h uint64) error {
 
 // rehome moves t's victim, if any, into the table when there is room. The
 // fingerprint is in the table before the victim slot is cleared, so it is
-// never missing. Writers only.
+// never missing from the table as a whole; but a lookup reads the buckets
+// before the victim slot, and could read the buckets before the put and the
+// victim slot after the clear. So the move, like a kick chain, runs with seq
+// odd: a lookup that overlaps it sees seq change and retries. Writers only.
 func (c *Cuckoo) rehome(t *cuckooTable) {
 	v := t.victim.Load()
 	if v == 0 {
 		return
 	}
 	fp, i := v>>32, v&0xffffffff
+	c.seq.Add(1)
+	defer c.seq.Add(1)
 	if t.put(i, fp) || t.put(t.alt(i, fp), fp) || c.kick(t, fp, i, false) {
 		t.victim.Store(0)
 	}
