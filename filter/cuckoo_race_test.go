@@ -65,26 +65,55 @@ func TestCuckooVictimRehomeRace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A small universe of keys: the writer re-adds keys it removed.
-	h := newHeldKeys(filtertest.Emails(64, 90))
-	var held, free []int // writer-only after the fill, oldest first
-	for i := range h.keys {
-		if err := c.Add(h.keys[i]); err != nil {
-			if !errors.Is(err, filter.ErrFull) {
-				t.Fatal(err)
-			}
-			free = append(free, i)
-			continue
-		}
-		h.held[i].Store(true)
-		held = append(held, i)
-	}
-	t.Logf("%d keys held, %d refused with ErrFull", len(held), len(free))
+	cuckooChurn(t, c, filtertest.Emails(64, 90))
+}
 
+// TestCuckooGrowthRemoveRace churns a filter that grows to several
+// sub-filters, with fingerprints so short that a Remove often matches in more
+// than one sub-filter (ErrAmbiguous, nothing removed), while a reader looks
+// up every held key: growth, kick chains, victim moves and refused removes
+// must never hide a held key.
+func TestCuckooGrowthRemoveRace(t *testing.T) {
+	c, err := filter.NewCuckoo(filter.CuckooConfig{Capacity: 2, FPRate: 0.3, BucketSize: 2, MaxKicks: 4, MaxFilters: 5, Seed: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ambiguous := cuckooChurn(t, c, filtertest.Emails(96, 91))
+	if len(c.FingerprintBits()) < 5 {
+		t.Errorf("grew to %d sub-filters, want 5", len(c.FingerprintBits()))
+	}
+	if ambiguous == 0 {
+		t.Error("no Remove was ambiguous: the test does not cover ErrAmbiguous")
+	}
+}
+
+// cuckooChurn runs a writer and a reader on c for stressBudget. The writer
+// adds keys until ErrFull, then repeatedly removes the oldest held key and
+// adds free keys until one fits (a remove refused with ErrAmbiguous leaves
+// the key held). The reader starts with the writer and looks up every held
+// key, failing t on a false negative. It returns how many removes were
+// ambiguous.
+func cuckooChurn(t *testing.T, c *filter.Cuckoo, keys [][]byte) (ambiguous int64) {
+	t.Helper()
+	h := newHeldKeys(keys)
 	stop := make(chan struct{})
 	var lookups, misses, rounds atomic.Int64
 	var wg sync.WaitGroup
-	wg.Go(func() { // the writer: remove the oldest key, add a free one
+	wg.Go(func() { // the writer
+		var held, free []int // oldest first
+		for i := range h.keys {
+			if err := c.Add(h.keys[i]); err != nil {
+				if !errors.Is(err, filter.ErrFull) {
+					t.Errorf("Add: %v", err)
+					return
+				}
+				free = append(free, i)
+				continue
+			}
+			h.held[i].Store(true)
+			held = append(held, i)
+		}
+		t.Logf("%d keys held, %d refused with ErrFull", len(held), len(free))
 		for len(held) > 0 {
 			select {
 			case <-stop:
@@ -94,7 +123,13 @@ func TestCuckooVictimRehomeRace(t *testing.T) {
 			old := held[0]
 			held = held[1:]
 			h.held[old].Store(false)
-			if err := c.Remove(h.keys[old]); err != nil {
+			switch err := c.Remove(h.keys[old]); {
+			case errors.Is(err, filter.ErrAmbiguous):
+				h.held[old].Store(true) // still present
+				held = append(held, old)
+				ambiguous++
+				continue
+			case err != nil:
 				t.Errorf("Remove of a held key: %v", err)
 				return
 			}
@@ -132,11 +167,13 @@ func TestCuckooVictimRehomeRace(t *testing.T) {
 	time.Sleep(stressBudget)
 	close(stop)
 	wg.Wait()
-	t.Logf("%d lookups of held keys checked during %d remove/add rounds", lookups.Load(), rounds.Load())
+	t.Logf("%d lookups of held keys checked during %d remove/add rounds (%d removes ambiguous)",
+		lookups.Load(), rounds.Load(), ambiguous)
 	if lookups.Load() == 0 {
 		t.Fatal("no lookups checked")
 	}
 	if m := misses.Load(); m > 0 {
 		t.Fatalf("%d false negatives in %d lookups of held keys", m, lookups.Load())
 	}
+	return ambiguous
 }
