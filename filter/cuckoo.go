@@ -389,10 +389,6 @@ func (c *Cuckoo) Count(key []byte) int { return c.CountHash(Hash(key, c.seed)) }
 // CountString is Count for a string key.
 func (c *Cuckoo) CountString(key string) int { return c.CountHash(HashString(key, c.seed)) }
 
-// RemoveMisses returns how many Remove calls found nothing to remove since the
-// filter was created or decoded: a sign of removes of keys never added.
-func (c *Cuckoo) RemoveMisses() uint64 { return c.removeMisses.Load() }
-
 // locate returns the key's bucket and fingerprint in t.
 func (t *cuckooTable) locate(h uint64) (i1, fp uint64) {
 	return (h >> 32) * t.buckets >> 32, 1 + (h&0xffffffff)*t.mask>>32
@@ -710,9 +706,11 @@ func (c *Cuckoo) rehome(t *cuckooTable) {
 // held (adds minus removes, duplicates included), which is also
 // EstimatedDistinct: a cuckoo filter cannot tell duplicates apart. K is 2,
 // the buckets a lookup reads. EstimatedFPRate is 1 − Π(1 − 1/(2^f−1))^(2bα)
-// over the sub-filters at their current load α.
+// over the sub-filters at their current load α. RemoveMisses counts the
+// Removes that returned ErrNotFound since the filter was created or decoded
+// (the encoding does not keep it).
 func (c *Cuckoo) Stats() Stats {
-	s := Stats{Kind: KindCuckoo, TargetFPRate: c.fpRate, K: 2}
+	s := Stats{Kind: KindCuckoo, TargetFPRate: c.fpRate, K: 2, RemoveMisses: c.removeMisses.Load()}
 	var slots, used uint64
 	var logMiss float64
 	for _, t := range *c.tables.Load() {

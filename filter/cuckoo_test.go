@@ -291,8 +291,8 @@ func TestCuckooCountRemove(t *testing.T) {
 	if err := c.RemoveString("never@example.com"); !errors.Is(err, filter.ErrNotFound) {
 		t.Errorf("Remove of an absent key: %v, want ErrNotFound", err)
 	}
-	if got := c.RemoveMisses(); got != 2 {
-		t.Errorf("RemoveMisses = %d, want 2", got)
+	if got := c.Stats().RemoveMisses; got != 2 {
+		t.Errorf("Stats().RemoveMisses = %d, want 2", got)
 	}
 	if s := c.Stats(); s.Items != 0 || s.FillRatio != 0 || s.EstimatedFPRate != 0 {
 		t.Errorf("empty after removes: %+v", s)
