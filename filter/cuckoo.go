@@ -57,7 +57,6 @@ const (
 	cuckooMaxKicks     = 1 << 16
 	cuckooMaxFilters   = 64
 	cuckooDefaultKicks = 500
-	cuckooDefaultFP    = 0.001
 	cuckooAltMul       = 0x9E3779B97F4A7C15
 )
 
@@ -92,7 +91,7 @@ type CuckooConfig struct {
 	// Required; must be > 0.
 	Capacity uint64
 	// FPRate is the target false-positive rate. With MaxFilters > 1 it
-	// bounds all sub-filters together. Default (zero): 0.001.
+	// bounds all sub-filters together. Default: DefaultFPRate (0.1 %).
 	FPRate float64
 	// BucketSize is the number of fingerprints per bucket: 2, 4 or 8.
 	// Default (zero): 2 or 4, whichever needs fewer bits per key at FPRate
@@ -154,10 +153,7 @@ type Cuckoo struct {
 	removeMisses atomic.Uint64
 }
 
-var (
-	_ Filter  = (*Cuckoo)(nil)
-	_ Remover = (*Cuckoo)(nil)
-)
+var _ Filter = (*Cuckoo)(nil)
 
 // cuckooTable is one sub-filter.
 type cuckooTable struct {
@@ -243,7 +239,7 @@ func cuckooTableRate(p float64, i, maxFilters int) float64 {
 // NewCuckoo returns an empty cuckoo filter for cfg.
 func NewCuckoo(cfg CuckooConfig) (*Cuckoo, error) {
 	if cfg.FPRate == 0 {
-		cfg.FPRate = cuckooDefaultFP
+		cfg.FPRate = DefaultFPRate
 	}
 	if cfg.MaxKicks == 0 {
 		cfg.MaxKicks = cuckooDefaultKicks
@@ -331,6 +327,30 @@ func newCuckooTable(g cuckooGeom, capacity uint64, words []uint64) *cuckooTable 
 // Seed returns the hash seed.
 func (c *Cuckoo) Seed() uint64 { return c.seed }
 
+// Hash returns the hash of key under this filter's seed, for AddHash,
+// RemoveHash, MayContainHash and CountHash.
+func (c *Cuckoo) Hash(key []byte) uint64 { return Hash(key, c.seed) }
+
+// Items returns the fingerprints held: successful Adds (duplicates counted)
+// minus successful Removes. It reads one counter per sub-filter, not the
+// tables.
+func (c *Cuckoo) Items() uint64 {
+	var n uint64
+	for _, t := range *c.tables.Load() {
+		n += t.items.Load()
+	}
+	return n
+}
+
+// Bytes returns the memory held by the sub-filters' tables.
+func (c *Cuckoo) Bytes() uint64 {
+	var n uint64
+	for _, t := range *c.tables.Load() {
+		n += uint64(len(t.words)) * 8
+	}
+	return n
+}
+
 // BucketSize returns the number of slots per bucket.
 func (c *Cuckoo) BucketSize() int { return c.b }
 
@@ -345,8 +365,10 @@ func (c *Cuckoo) FingerprintBits() []int {
 	return out
 }
 
-// Add inserts key. It returns ErrFull when the key cannot be placed (the
-// filter is unchanged and keeps every key acknowledged before).
+// Add inserts key. After it returns nil, MayContain(key) is true until a
+// Remove of the key. It returns an error wrapping ErrFull when the key cannot
+// be placed and the filter may not grow (MaxFilters): the key was not added
+// and the filter is unchanged, still holding every key acknowledged before.
 func (c *Cuckoo) Add(key []byte) error { return c.AddHash(Hash(key, c.seed)) }
 
 // AddString is Add for a string key.

@@ -43,7 +43,10 @@ var (
 // DecodeConfig limits decoding.
 type DecodeConfig struct {
 	// MaxBytes is the largest payload accepted; larger input returns
-	// ErrTooLarge before anything is allocated. Default (zero): 64 GiB.
+	// ErrTooLarge before anything is allocated. A Windowed, whose Adds
+	// create generations as keys arrive, is refused unless the payload of
+	// all G generations it may hold fits, so its adds never allocate past
+	// the limit either. Default (zero): 64 GiB.
 	MaxBytes uint64
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/bloomgate/bloomgate/filter"
 )
@@ -80,7 +81,7 @@ func checkDecoded(t *testing.T, in []byte, flt filter.Filter) {
 	flt.Stats()
 	x := []byte("x")
 	flt.MayContain(x)
-	if err := flt.Add(x); err != nil {
+	if err := addKey(flt, x); err != nil {
 		if !errors.Is(err, filter.ErrFull) {
 			t.Fatalf("Add: %v", err)
 		}
@@ -89,11 +90,32 @@ func checkDecoded(t *testing.T, in []byte, flt filter.Filter) {
 	if !flt.MayContain(x) {
 		t.Fatal("decoded filter lost a key")
 	}
-	if r, ok := flt.(filter.Remover); ok {
+	if r, ok := flt.(interface{ Remove([]byte) error }); ok {
 		if err := r.Remove(x); err != nil {
 			t.Fatalf("Remove after Add: %v", err)
 		}
 	}
+}
+
+// addKey adds key to any family: with the family's Add, and for a Windowed
+// with the longest expiry it takes (a zero expiry means now + MaxTTL).
+func addKey(flt filter.Filter, key []byte) error {
+	switch f := flt.(type) {
+	case interface{ Add([]byte) error }:
+		return f.Add(key)
+	case *filter.Windowed:
+		return f.Add(key, time.Time{})
+	}
+	panic(fmt.Sprintf("%T cannot add", flt))
+}
+
+// asFilter adapts a kind's constructor or decoder to return a Filter, nil on
+// error.
+func asFilter[F filter.Filter](f F, err error) (filter.Filter, error) {
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // checkDecodeAgrees fails t when the generic Decode accepts what the kind's
@@ -169,5 +191,33 @@ func nilOnError[F any](decode func(io.Reader) (*F, error)) func(io.Reader) (bool
 	return func(r io.Reader) (bool, error) {
 		f, err := decode(r)
 		return f == nil, err
+	}
+}
+
+// TestDefaultFPRate checks that every family's Config takes a zero FPRate to
+// mean DefaultFPRate.
+func TestDefaultFPRate(t *testing.T) {
+	if filter.DefaultFPRate != 0.001 {
+		t.Fatalf("DefaultFPRate = %g, documented as 0.1 %%", filter.DefaultFPRate)
+	}
+	newFilters := map[string]func() (filter.Filter, error){
+		"bloom":    func() (filter.Filter, error) { return asFilter(filter.NewBloom(filter.BloomConfig{Capacity: 100})) },
+		"scalable": func() (filter.Filter, error) { return asFilter(filter.NewScalable(filter.ScalableConfig{})) },
+		"counting": func() (filter.Filter, error) {
+			return asFilter(filter.NewCounting(filter.CountingConfig{Capacity: 100}))
+		},
+		"cuckoo": func() (filter.Filter, error) { return asFilter(filter.NewCuckoo(filter.CuckooConfig{Capacity: 100})) },
+		"windowed": func() (filter.Filter, error) {
+			return asFilter(filter.NewWindowed(filter.WindowedConfig{MaxTTL: time.Hour, Capacity: 100}))
+		},
+	}
+	for name, newFilter := range newFilters {
+		f, err := newFilter()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got := f.Stats().TargetFPRate; got != filter.DefaultFPRate {
+			t.Errorf("%s: default FPRate %g, want DefaultFPRate", name, got)
+		}
 	}
 }
