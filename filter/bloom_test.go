@@ -189,8 +189,11 @@ func TestBloomAllocs(t *testing.T) {
 	for name, fn := range map[string]func(){
 		"Add":              func() { f.Add(key) },
 		"AddString":        func() { f.AddString(skey) },
+		"AddHash":          func() { f.AddHash(f.Hash(key)) },
 		"MayContain":       func() { f.MayContain(key) },
 		"MayContainString": func() { f.MayContainString(skey) },
+		"MayContainHash":   func() { f.MayContainHash(f.Hash(key)) },
+		"Items+Bytes":      func() { _ = f.Items() + f.Bytes() },
 	} {
 		if n := testing.AllocsPerRun(1000, fn); n != 0 {
 			t.Errorf("%s allocates %.1f times per call", name, n)

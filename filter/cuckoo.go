@@ -730,7 +730,8 @@ func (c *Cuckoo) rehome(t *cuckooTable) {
 // the buckets a lookup reads. EstimatedFPRate is 1 − Π(1 − 1/(2^f−1))^(2bα)
 // over the sub-filters at their current load α. RemoveMisses counts the
 // Removes that returned ErrNotFound since the filter was created or decoded
-// (the encoding does not keep it).
+// (the encoding does not keep it). Unlike the Bloom families' Stats it reads
+// only counters, one set per sub-filter, not the tables.
 func (c *Cuckoo) Stats() Stats {
 	s := Stats{Kind: KindCuckoo, TargetFPRate: c.fpRate, K: 2, RemoveMisses: c.removeMisses.Load()}
 	var slots, used uint64

@@ -541,6 +541,14 @@ func TestCuckooAllocs(t *testing.T) {
 		"Count":            func() { c.Count(keys[i%len(keys)]); i++ },
 		"Remove":           func() { c.Remove(keys[i%len(keys)]); i++ },
 		"Remove miss":      func() { c.RemoveString("never@example.com") },
+		"AddHash+RemoveHash": func() {
+			h := c.Hash(keys[i%len(keys)])
+			c.AddHash(h)
+			c.RemoveHash(h)
+			i++
+		},
+		"MayContainHash": func() { c.MayContainHash(c.Hash(keys[i%len(keys)])); i++ },
+		"Items+Bytes":    func() { _ = c.Items() + c.Bytes() },
 	} {
 		if n := testing.AllocsPerRun(1000, fn); n != 0 {
 			t.Errorf("%s allocates %.1f times per call", name, n)

@@ -428,6 +428,8 @@ func TestWindowedAllocs(t *testing.T) {
 		"Add":              func() { w.Add(key, exp) },
 		"AddString":        func() { w.AddString("jti-0002", exp) },
 		"AddHash":          func() { w.AddHash(0x1234, exp) },
+		"MayContainHash":   func() { w.MayContainHash(0x1234) },
+		"Items+Bytes":      func() { _ = w.Items() + w.Bytes() },
 		"MayContain":       func() { w.MayContain(key) },
 		"MayContainString": func() { w.MayContainString("jti-0003") },
 	} {
