@@ -26,6 +26,12 @@ func (g *Gate) Rebuild(ctx context.Context) error { return g.build(ctx, "rebuild
 func (g *Gate) build(ctx context.Context, kind string) (err error) {
 	g.buildMu.Lock()
 	defer g.buildMu.Unlock()
+	g.mu.Lock()
+	following := g.following
+	g.mu.Unlock()
+	if following {
+		return ErrFollowing
+	}
 	start := time.Now()
 	defer func() {
 		g.m.observeBuild(kind, time.Since(start), err)
@@ -107,6 +113,9 @@ func (g *Gate) install(nf Filter, kind string) (time.Time, []journalSegment, err
 	if g.closed {
 		return time.Time{}, nil, ErrClosed
 	}
+	if g.pending != nil {
+		return time.Time{}, nil, ErrBuilding
+	}
 	g.pending, g.pendingErr, g.pendingUnhonoured = nf, nil, 0
 	if v := g.view.Load(); v.state == StateReady {
 		g.setStateLocked(StateRebuilding, kind+" in progress")
@@ -136,7 +145,7 @@ func (g *Gate) scan(ctx context.Context, nf Filter, est int64) (keys, skipped in
 		}
 	}
 	err = g.cfg.Source.Scan(ctx, func(key []byte) error {
-		h, err := g.hash(key)
+		h, err := g.hash(key, g.seed) // builds hold buildMu: the seed cannot change
 		if err != nil {
 			skipped++
 			return nil
@@ -180,7 +189,7 @@ func (g *Gate) finish(nf Filter, kind string, snapshotAt time.Time, serr error) 
 		}
 		return fmt.Errorf("bloomgate: %s: %w", kind, serr)
 	}
-	nv := &view{state: StateReady, f: nf, snapshotAt: snapshotAt, builtAt: g.cfg.Now()}
+	nv := &view{state: StateReady, f: nf, seed: g.seed, snapshotAt: snapshotAt, builtAt: g.cfg.Now()}
 	nv.rm, _ = nf.(Remover)
 	g.publishLocked(nv)
 	g.unhonoured = unhonoured // removes made during the build never reached nf
@@ -192,7 +201,8 @@ func (g *Gate) finish(nf Filter, kind string, snapshotAt time.Time, serr error) 
 // builds with backoff (failing open meanwhile), and rebuilds on schedule
 // (RebuildInterval), when the filter is overfilled (estimated FP rate above
 // OverfillFactor × FPRate), when unapplied removes pile up, and when the gate
-// is degraded. It returns ctx's error, or ErrClosed once the gate is closed.
+// is degraded. It returns ctx's error, ErrClosed once the gate is closed, or
+// ErrFollowing if the gate follows a change feed (see Follow).
 func (g *Gate) Run(ctx context.Context) error {
 	backoff := time.Second
 	for {
@@ -200,7 +210,7 @@ func (g *Gate) Run(ctx context.Context) error {
 		if reason := g.rebuildReason(); reason != "" {
 			g.cfg.Logger.Info("bloomgate: building", "reason", reason)
 			if err := g.build(ctx, g.buildKind()); err != nil {
-				if errors.Is(err, ErrClosed) {
+				if errors.Is(err, ErrClosed) || errors.Is(err, ErrFollowing) {
 					return err
 				}
 				wait, backoff = backoff, min(2*backoff, time.Minute)

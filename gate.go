@@ -33,6 +33,11 @@ var (
 	// remove another key's trace. The key costs a false positive until the
 	// next build, and counts toward the rebuild trigger.
 	ErrRemoveDeferred = errors.New("bloomgate: remove deferred to the next build")
+	// ErrFollowing reports Warm, Rebuild or Run on a gate that follows a
+	// change feed: Follow builds its filters itself.
+	ErrFollowing = errors.New("bloomgate: the gate follows a change feed")
+	// ErrBuilding reports a build started while another one runs.
+	ErrBuilding = errors.New("bloomgate: a build is in progress")
 	// ErrClosed reports use of a closed Gate.
 	ErrClosed = errors.New("bloomgate: closed")
 )
@@ -192,6 +197,7 @@ type view struct {
 	reason string
 	f      Filter  // nil while warming
 	rm     Remover // f, if it can remove
+	seed   uint64  // f's hash seed
 	// snapshotAt is when f's build installed it: rows committed later
 	// reached f through Add, rows deleted earlier may be missing from it.
 	snapshotAt time.Time
@@ -206,7 +212,6 @@ type view struct {
 // buildMu, then mu.
 type Gate struct {
 	cfg  Config
-	seed uint64 // every filter's hash seed, fixed for the gate's life
 	view atomic.Pointer[view]
 	sf   singleflight.Group
 	m    *metrics
@@ -217,10 +222,14 @@ type Gate struct {
 	pending    Filter     // the filter a build is filling, nil outside builds
 	pendingErr error      // the first add pending refused
 	journal    journal
+	// seed is the hash seed of every filter the gate builds. It changes only
+	// when a snapshot with another seed is loaded, with buildMu held too.
+	seed       uint64
 	unhonoured uint64 // removes the serving filter did not apply
 	// pendingUnhonoured counts removes since the pending filter was
 	// installed: none of them reached it.
 	pendingUnhonoured uint64
+	following         bool // a change feed applies deletes (Follow)
 	closed            bool
 }
 
@@ -278,20 +287,20 @@ func (g *Gate) mayContain(key []byte) (present, authoritative bool) {
 		g.m.failOpenLong.Add(1)
 		return true, false
 	}
-	h := filter.Hash(nk, g.seed)
+	h := filter.Hash(nk, v.seed)
 	present = v.f.MayContainHash(h)
 	g.m.lookups.add(h, present)
 	return present, true
 }
 
-// hash normalises key and hashes it with the gate's seed.
-func (g *Gate) hash(key []byte) (uint64, error) {
+// hash normalises key and hashes it with seed.
+func (g *Gate) hash(key []byte, seed uint64) (uint64, error) {
 	var buf [256]byte
 	nk, ok := g.cfg.Normalizer.normalize(&buf, key, g.cfg.MaxKeyLen)
 	if !ok {
 		return 0, fmt.Errorf("%w: %d bytes (limit %d)", ErrKeyTooLong, len(nk), g.cfg.MaxKeyLen)
 	}
-	return filter.Hash(nk, g.seed), nil
+	return filter.Hash(nk, seed), nil
 }
 
 // Add records a new key. Call it before the row's transaction commits: from
@@ -304,9 +313,10 @@ func (g *Gate) hash(key []byte) (uint64, error) {
 // error and the gate turns degraded — failing open — until a build succeeds.
 // Add holds the gate's mutex for O(1) amortised work.
 func (g *Gate) Add(key []byte) error {
-	h, err := g.hash(key)
-	if err != nil {
-		return err
+	var buf [256]byte
+	nk, ok := g.cfg.Normalizer.normalize(&buf, key, g.cfg.MaxKeyLen)
+	if !ok {
+		return fmt.Errorf("%w: %d bytes (limit %d)", ErrKeyTooLong, len(nk), g.cfg.MaxKeyLen)
 	}
 	now := g.cfg.Now()
 	g.mu.Lock()
@@ -314,6 +324,7 @@ func (g *Gate) Add(key []byte) error {
 	if g.closed {
 		return ErrClosed
 	}
+	h := filter.Hash(nk, g.seed)
 	g.journal.add(now, h)
 	if g.pending != nil && g.pendingErr == nil {
 		g.pendingErr = g.pending.AddHash(h)
@@ -331,7 +342,9 @@ func (g *Gate) Add(key []byte) error {
 // AddString is Add for a string key.
 func (g *Gate) AddString(key string) error { return g.Add(stringBytes(key)) }
 
-// Remove records that key's row was deleted. Call it once per deleted row,
+// Remove records that key's row was deleted. While the gate follows a change
+// feed (Follow), Remove does nothing and returns nil: the feed applies every
+// delete, exactly once. Otherwise call it once per deleted row,
 // after the delete commits and within RebuildOverlap of the commit, and only
 // for rows whose key was in the table or added with Add; removing a key the
 // gate never saw can make another key a false negative with a counting or
@@ -346,8 +359,9 @@ func (g *Gate) AddString(key string) error { return g.Add(stringBytes(key)) }
 // built never receives removes. A Remove the filter rejects (the key is not
 // in it) returns the filter's error, counted as a remove miss.
 func (g *Gate) Remove(key []byte) error {
-	h, err := g.hash(key)
-	if err != nil {
+	var buf [256]byte
+	nk, ok := g.cfg.Normalizer.normalize(&buf, key, g.cfg.MaxKeyLen)
+	if !ok {
 		return nil // never in the filter
 	}
 	now := g.cfg.Now()
@@ -356,6 +370,10 @@ func (g *Gate) Remove(key []byte) error {
 	if g.closed {
 		return ErrClosed
 	}
+	if g.following {
+		return nil // the change feed applies the delete
+	}
+	h := filter.Hash(nk, g.seed)
 	g.m.removes.Add(1)
 	if g.pending != nil {
 		g.pendingUnhonoured++
@@ -447,8 +465,14 @@ type Stats struct {
 	UnhonouredRemoves uint64
 	// JournalAdds is the number of recent adds a build would replay.
 	JournalAdds int
-	// Builds counts successful warm-ups and rebuilds.
+	// Builds counts successful warm-ups, rebuilds and bootstraps.
 	Builds uint64
+	// FeedPosition is the change-feed position applied, FeedLag how far it
+	// is behind the feed's head, and Snapshots the snapshots written, while
+	// the gate follows a feed (Follow).
+	FeedPosition uint64
+	FeedLag      time.Duration
+	Snapshots    uint64
 	// Filter describes the serving filter (zero while warming).
 	Filter filter.Stats
 }
@@ -464,6 +488,7 @@ func (g *Gate) Stats() Stats {
 		s.ObservedFPRate = float64(s.EmptyFetches) / float64(d)
 	}
 	s.Builds = g.m.builds.Load()
+	s.FeedPosition, s.FeedLag, s.Snapshots = g.m.feedPosition.Load(), time.Duration(g.m.feedLag.Load()), g.m.snapshots.Load()
 	g.mu.Lock()
 	s.UnhonouredRemoves = g.unhonoured
 	s.JournalAdds = g.journal.n

@@ -47,6 +47,9 @@ type metrics struct {
 	removes      atomic.Uint64
 	removeMisses atomic.Uint64
 	builds       atomic.Uint64
+	feedPosition atomic.Uint64 // changefeed.Position applied (Follow)
+	feedLag      atomic.Int64  // time.Duration behind the feed (Follow)
+	snapshots    atomic.Uint64
 
 	once         sync.Once // creates the histogram and counter below
 	buildSeconds *prometheus.HistogramVec
@@ -106,6 +109,9 @@ var (
 	descState        = desc("state", "1 for the gate's current state.", "state")
 	descUnhonoured   = desc("unhonoured_removes", "Removes the serving filter did not apply (unsupported, deferred, or made during its build).")
 	descJournal      = desc("journal_adds", "Recent adds a build would replay (8 bytes each).")
+	descFeedPosition = desc("feed_position", "Change-feed position applied (PostgreSQL: LSN), while following a feed.")
+	descFeedLag      = desc("feed_lag_seconds", "How far the applied position is behind the feed's head, while following a feed.")
+	descSnapshots    = desc("snapshots_total", "Snapshots written while following a feed.")
 )
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -125,7 +131,8 @@ func (g *Gate) collector() collector { return collector{m: g.m, stats: g.Stats} 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLookups, descAbsent, descFailOpen, descFetches, descEmpty, descAdds,
 		descRemoves, descRemoveMisses, descObservedFP, descEstimatedFP, descConfiguredFP, descItems, descDistinct,
-		descFill, descBytes, descCapacity, descState, descUnhonoured, descJournal} {
+		descFill, descBytes, descCapacity, descState, descUnhonoured, descJournal, descFeedPosition, descFeedLag,
+		descSnapshots} {
 		ch <- d
 	}
 	seconds, total := c.m.vecs()
@@ -165,6 +172,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descCapacity, float64(s.Filter.Capacity))
 	gauge(descUnhonoured, float64(s.UnhonouredRemoves))
 	gauge(descJournal, float64(s.JournalAdds))
+	gauge(descFeedPosition, float64(s.FeedPosition))
+	gauge(descFeedLag, s.FeedLag.Seconds())
+	counter(descSnapshots, s.Snapshots)
 	for st := StateWarming; st <= StateDegraded; st++ {
 		v := 0.0
 		if st == s.State {

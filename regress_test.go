@@ -237,3 +237,5 @@ func TestJournalBounded(t *testing.T) {
 		}
 	}
 }
+
+func slogTo(w *syncBuffer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }

@@ -1,0 +1,362 @@
+package bloomgate_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/changefeed"
+)
+
+// memFeed is an in-memory table with a commit log, for driving Follow
+// precisely (pausing the stream, losing its position). The PostgreSQL feed is
+// tested against the real server in source/postgres. Transaction k commits at
+// position 2k and ends at 2k+1; a snapshot after it is at 2k+2.
+type memFeed struct {
+	mu        sync.Mutex
+	cond      *sync.Cond
+	rows      map[string]int
+	log       []changefeed.Txn
+	paused    bool
+	lost      bool // Stream fails with ErrRebuild until the next Bootstrap
+	confirmed changefeed.Position
+	boots     int
+	rebuilds  int
+}
+
+func newMemFeed(keys ...string) *memFeed {
+	f := &memFeed{rows: map[string]int{}}
+	f.cond = sync.NewCond(&f.mu)
+	for _, k := range keys {
+		f.rows[k]++
+	}
+	return f
+}
+
+// commit applies a transaction to the table and appends it to the log.
+func (f *memFeed) commit(inserts, deletes []string) changefeed.Position {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := changefeed.Position(len(f.log) + 1)
+	t := changefeed.Txn{Commit: 2 * k, End: 2*k + 1}
+	for _, key := range inserts {
+		f.rows[key]++
+		t.Changes = append(t.Changes, changefeed.Change{Kind: changefeed.Insert, Key: []byte(key)})
+	}
+	for _, key := range deletes {
+		if f.rows[key]--; f.rows[key] <= 0 {
+			delete(f.rows, key)
+		}
+		t.Changes = append(t.Changes, changefeed.Change{Kind: changefeed.Delete, Key: []byte(key)})
+	}
+	f.log = append(f.log, t)
+	f.cond.Broadcast()
+	return t.End
+}
+
+func (f *memFeed) snapshot(fn func([]byte) error) (changefeed.Position, error) {
+	f.mu.Lock()
+	var keys []string
+	for k, n := range f.rows {
+		for range n {
+			keys = append(keys, k)
+		}
+	}
+	pos := changefeed.Position(2*len(f.log) + 2)
+	f.mu.Unlock()
+	for _, k := range keys {
+		if err := fn([]byte(k)); err != nil {
+			return 0, err
+		}
+	}
+	return pos, nil
+}
+
+func (f *memFeed) Bootstrap(ctx context.Context, fn func([]byte) error) (changefeed.Position, error) {
+	f.mu.Lock()
+	f.boots++
+	f.lost = false
+	f.mu.Unlock()
+	return f.snapshot(fn)
+}
+
+func (f *memFeed) Rebuild(ctx context.Context, fn func([]byte) error) (changefeed.Position, error) {
+	f.mu.Lock()
+	f.rebuilds++
+	f.mu.Unlock()
+	return f.snapshot(fn)
+}
+
+func (f *memFeed) Head(ctx context.Context) (changefeed.Position, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.log) == 0 {
+		return 0, nil
+	}
+	return f.log[len(f.log)-1].End, nil
+}
+
+func (f *memFeed) Confirm(ctx context.Context, pos changefeed.Position) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.confirmed = max(f.confirmed, pos)
+	return nil
+}
+
+func (f *memFeed) Stream(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error {
+	stop := context.AfterFunc(ctx, func() { f.mu.Lock(); f.cond.Broadcast(); f.mu.Unlock() })
+	defer stop()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i := 0
+	for i < len(f.log) && f.log[i].End <= from {
+		i++
+	}
+	for {
+		for ctx.Err() == nil && !f.lost && (f.paused || i == len(f.log)) {
+			f.cond.Wait()
+		}
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case f.lost:
+			return fmt.Errorf("slot gone: %w", changefeed.ErrRebuild)
+		}
+		t := f.log[i]
+		i++
+		f.mu.Unlock()
+		err := apply(t)
+		f.mu.Lock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (f *memFeed) setPaused(p bool) { f.mu.Lock(); f.paused = p; f.cond.Broadcast(); f.mu.Unlock() }
+
+// follow starts Follow on a new gate and waits until it is ready.
+func follow(t *testing.T, feed *memFeed, gcfg bloomgate.Config, fcfg bloomgate.FollowConfig) (*bloomgate.Gate, func()) {
+	t.Helper()
+	if gcfg.Source == nil {
+		gcfg.Source = newMemSource() // Follow uses only its estimate
+	}
+	g := newGate(t, gcfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Follow(ctx, feed, fcfg) }()
+	waitFor(t, g.Ready)
+	return g, func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Follow returned %v", err)
+		}
+	}
+}
+
+// waitApplied waits until the gate has applied position pos.
+func waitApplied(t *testing.T, g *bloomgate.Gate, pos changefeed.Position) {
+	t.Helper()
+	waitFor(t, func() bool { return g.Stats().FeedPosition >= uint64(pos) })
+}
+
+// TestFollowEveryWriter: rows committed by writers that never call Add, and
+// their deletes, reach the filter in order; concurrent readers never see a
+// committed, applied, undeleted key reported absent; rebuilds from the feed
+// run meanwhile.
+func TestFollowEveryWriter(t *testing.T) {
+	for _, kind := range []struct {
+		name      string
+		newFilter func(uint64, float64, uint64) (bloomgate.Filter, error)
+	}{{"bloom", bloomgate.NewBloom}, {"cuckoo", bloomgate.NewCuckoo}, {"counting", bloomgate.NewCounting}} {
+		t.Run(kind.name, func(t *testing.T) {
+			feed := newMemFeed(keys("user", 5000)...)
+			g, stop := follow(t, feed, bloomgate.Config{Source: newMemSource(keys("user", 5000)...), FPRate: 0.001,
+				NewFilter: kind.newFilter, CheckInterval: time.Millisecond, RebuildInterval: 50 * time.Millisecond},
+				bloomgate.FollowConfig{})
+			defer stop()
+			checkNoFalseNegatives(t, g, keys("user", 5000))
+			// live[i] is 1 while key i is committed, applied and not being deleted.
+			n := 1200
+			if raceEnabled {
+				n = 200
+			}
+			ks := keys("new", n)
+			live := make([]atomic.Bool, n)
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			var checked, fn atomic.Int64
+			for range 1 {
+				wg.Go(func() {
+					for i := 0; ctx.Err() == nil; i = (i + 1) % n {
+						if live[i].Load() && !g.MayContainString(ks[i]) && live[i].Load() {
+							fn.Add(1)
+						}
+						checked.Add(1)
+					}
+				})
+			}
+			for i, k := range ks {
+				pos := feed.commit([]string{k}, nil)
+				waitApplied(t, g, pos)
+				live[i].Store(true)
+				if i%3 == 0 && i > 0 { // delete an earlier one
+					j := i - 1
+					live[j].Store(false)
+					waitApplied(t, g, feed.commit(nil, []string{ks[j]}))
+				}
+			}
+			cancel()
+			wg.Wait()
+			if fn.Load() > 0 {
+				t.Fatalf("%d false negatives in %d lookups", fn.Load(), checked.Load())
+			}
+			for i, k := range ks {
+				if live[i].Load() && !g.MayContainString(k) {
+					t.Fatalf("%s absent", k)
+				}
+			}
+			checkNoFalseNegatives(t, g, keys("user", 5000))
+			s := g.Stats()
+			if s.Builds < 3 {
+				t.Errorf("only %d builds: rebuilds from the feed did not run", s.Builds)
+			}
+			t.Logf("%d lookups checked, %d builds, state %v", checked.Load(), s.Builds, s.State)
+			if kind.name != "bloom" { // removes applied: deleted keys mostly absent
+				gone, deleted := 0, 0
+				for i := 3; i < n; i += 3 {
+					deleted++
+					if !g.MayContainString(ks[i-1]) {
+						gone++
+					}
+				}
+				if gone < deleted*9/10 {
+					t.Errorf("only %d of %d deleted keys absent", gone, deleted)
+				}
+			}
+		})
+	}
+}
+
+// TestFollowMaxLag: a stalled feed makes the gate fail open within MaxLag,
+// and catching up makes it ready again.
+func TestFollowMaxLag(t *testing.T) {
+	feed := newMemFeed(keys("user", 100)...)
+	g, stop := follow(t, feed, bloomgate.Config{}, bloomgate.FollowConfig{MaxLag: 50 * time.Millisecond})
+	defer stop()
+	feed.setPaused(true)
+	feed.commit([]string{"late@example.com"}, nil)
+	waitFor(t, func() bool { return !g.Ready() })
+	if !g.MayContainString("late@example.com") {
+		t.Fatal("a row committed while the feed stalled was reported absent")
+	}
+	if st, reason := g.State(); st != bloomgate.StateDegraded || reason == "" {
+		t.Fatalf("state %v %q", st, reason)
+	}
+	feed.setPaused(false)
+	waitFor(t, g.Ready)
+	checkNoFalseNegatives(t, g, []string{"late@example.com"})
+}
+
+// TestFollowResync: a feed that loses the gate's position makes it fail
+// open and bootstrap again, with the rows committed meanwhile.
+func TestFollowResync(t *testing.T) {
+	feed := newMemFeed(keys("user", 100)...)
+	g, stop := follow(t, feed, bloomgate.Config{}, bloomgate.FollowConfig{})
+	defer stop()
+	feed.mu.Lock()
+	feed.lost = true
+	feed.rows["during@example.com"] = 1 // committed, never streamed: only a bootstrap sees it
+	feed.cond.Broadcast()
+	feed.mu.Unlock()
+	waitFor(t, func() bool { feed.mu.Lock(); defer feed.mu.Unlock(); return feed.boots == 2 })
+	waitFor(t, g.Ready)
+	checkNoFalseNegatives(t, g, append(keys("user", 100), "during@example.com"))
+}
+
+// TestFollowSnapshotRestart: a restarted gate starts from its snapshot (no
+// bootstrap), catches up with the rows committed while it was down, and
+// confirms to the feed only positions its snapshots hold.
+func TestFollowSnapshotRestart(t *testing.T) {
+	dir := t.TempDir()
+	feed := newMemFeed(keys("user", 20000)...)
+	store := bloomgate.DirSnapshots(dir)
+	fcfg := bloomgate.FollowConfig{Identity: "users.email", Snapshots: store, SnapshotInterval: time.Hour}
+	g, stop := follow(t, feed, bloomgate.Config{}, fcfg)
+	waitApplied(t, g, feed.commit([]string{"before@example.com"}, nil))
+	stop() // snapshots on shutdown
+	g.Close()
+	feed.mu.Lock()
+	confirmed, boots := feed.confirmed, feed.boots
+	feed.mu.Unlock()
+	if confirmed != 3 || boots != 1 {
+		t.Fatalf("confirmed %v, bootstraps %d; want the last position 3 and one bootstrap", confirmed, boots)
+	}
+	feed.commit([]string{"while-down@example.com"}, []string{"user7@example.com"})
+
+	g2, stop2 := follow(t, feed, bloomgate.Config{}, fcfg)
+	defer stop2()
+	checkNoFalseNegatives(t, g2, append(keys("user", 20000)[8:], "before@example.com", "while-down@example.com"))
+	feed.mu.Lock()
+	boots = feed.boots
+	feed.mu.Unlock()
+	if boots != 1 || g2.Stats().Builds != 0 {
+		t.Fatalf("restart bootstrapped (%d bootstraps, %d builds) instead of loading the snapshot", boots, g2.Stats().Builds)
+	}
+}
+
+// TestFollowBadSnapshots: a snapshot that fails its checksum, or belongs to
+// another set, is skipped with a logged reason; the gate falls back to an
+// older one or bootstraps.
+func TestFollowBadSnapshots(t *testing.T) {
+	dir := t.TempDir()
+	feed := newMemFeed(keys("user", 1000)...)
+	fcfg := bloomgate.FollowConfig{Identity: "users.email", Snapshots: bloomgate.DirSnapshots(dir), SnapshotInterval: time.Hour}
+	g, stop := follow(t, feed, bloomgate.Config{}, fcfg)
+	waitApplied(t, g, feed.commit([]string{"a@example.com"}, nil))
+	stop()
+	g.Close()
+	names, _ := filepath.Glob(filepath.Join(dir, "*.bgsnap"))
+	if len(names) != 2 {
+		t.Fatalf("%d snapshots, want 2 (after bootstrap, on shutdown)", len(names))
+	}
+	newest := names[len(names)-1]
+	b, _ := os.ReadFile(newest)
+	b[len(b)/2] ^= 0x40
+	os.WriteFile(newest, b, 0o644)
+
+	var logs syncBuffer
+	logger := slogTo(&logs)
+	g2, stop2 := follow(t, feed, bloomgate.Config{Logger: logger}, fcfg)
+	checkNoFalseNegatives(t, g2, append(keys("user", 1000), "a@example.com"))
+	stop2()
+	if !bytes.Contains([]byte(logs.String()), []byte("skipping snapshot")) {
+		t.Fatalf("corrupt snapshot not reported:\n%s", logs.String())
+	}
+	feed.mu.Lock()
+	boots := feed.boots
+	feed.mu.Unlock()
+	if boots != 1 {
+		t.Fatalf("%d bootstraps: the older snapshot was not used", boots)
+	}
+
+	other := fcfg
+	other.Identity = "orders.id"
+	g3, stop3 := follow(t, feed, bloomgate.Config{}, other)
+	defer stop3()
+	checkNoFalseNegatives(t, g3, append(keys("user", 1000), "a@example.com"))
+	feed.mu.Lock()
+	boots = feed.boots
+	feed.mu.Unlock()
+	if boots != 2 {
+		t.Fatalf("%d bootstraps: a snapshot of another set was used", boots)
+	}
+}

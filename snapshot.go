@@ -1,0 +1,215 @@
+package bloomgate
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/atomicfile"
+)
+
+// Snapshot errors.
+var (
+	// ErrNoSnapshot reports a SnapshotStore with no usable snapshot.
+	ErrNoSnapshot = errors.New("bloomgate: no usable snapshot")
+	// ErrSnapshotCorrupt reports a snapshot that is truncated, damaged or
+	// fails its checksum.
+	ErrSnapshotCorrupt = errors.New("bloomgate: corrupt snapshot")
+	// ErrSnapshotMismatch reports a snapshot of another set (its identity
+	// differs from FollowConfig.Identity) or with a filter the gate cannot
+	// use.
+	ErrSnapshotMismatch = errors.New("bloomgate: snapshot does not match the set")
+)
+
+// A snapshot is a filter and the change-feed position it reflects:
+//
+//	magic "BGSNAP" | version u16 | position u64 | identity length u16 |
+//	identity | the filter in package filter's format | CRC-32C (Castagnoli)
+//	of all the bytes before it, u32
+//
+// Integers are little-endian. The filter's own frame carries its own
+// checksum too.
+const (
+	snapshotMagic       = "BGSNAP"
+	snapshotVersion     = 1
+	maxSnapshotIdentity = 4096
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// writeSnapshot writes f at pos in the snapshot format.
+func writeSnapshot(w io.Writer, identity string, pos changefeed.Position, f Filter) error {
+	enc, ok := f.(io.WriterTo)
+	if !ok {
+		return fmt.Errorf("bloomgate: snapshot: %T cannot be encoded (no WriteTo)", f)
+	}
+	if len(identity) > maxSnapshotIdentity {
+		return fmt.Errorf("bloomgate: snapshot: identity longer than %d bytes", maxSnapshotIdentity)
+	}
+	crc := crc32.New(castagnoli)
+	mw := io.MultiWriter(w, crc)
+	hdr := append([]byte(snapshotMagic), 0, 0)
+	binary.LittleEndian.PutUint16(hdr[len(snapshotMagic):], snapshotVersion)
+	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(pos))
+	hdr = binary.LittleEndian.AppendUint16(hdr, uint16(len(identity)))
+	hdr = append(hdr, identity...)
+	if _, err := mw.Write(hdr); err != nil {
+		return err
+	}
+	if _, err := enc.WriteTo(mw); err != nil {
+		return err
+	}
+	_, err := w.Write(binary.LittleEndian.AppendUint32(nil, crc.Sum32()))
+	return err
+}
+
+// readSnapshot reads a snapshot written by writeSnapshot. A snapshot of
+// another identity returns ErrSnapshotMismatch; damaged input
+// ErrSnapshotCorrupt (or the filter decoder's error). maxBytes bounds the
+// filter's memory (0: package filter's default).
+func readSnapshot(r io.Reader, identity string, maxBytes uint64) (Filter, changefeed.Position, error) {
+	crc := crc32.New(castagnoli)
+	tr := io.TeeReader(r, crc)
+	var hdr [len(snapshotMagic) + 2 + 8 + 2]byte
+	if _, err := io.ReadFull(tr, hdr[:]); err != nil {
+		return nil, 0, fmt.Errorf("%w: header: %v", ErrSnapshotCorrupt, err)
+	}
+	if string(hdr[:len(snapshotMagic)]) != snapshotMagic {
+		return nil, 0, fmt.Errorf("%w: not a snapshot (bad magic)", ErrSnapshotCorrupt)
+	}
+	p := hdr[len(snapshotMagic):]
+	if v := binary.LittleEndian.Uint16(p); v != snapshotVersion {
+		return nil, 0, fmt.Errorf("%w: version %d, this build reads %d", ErrSnapshotMismatch, v, snapshotVersion)
+	}
+	pos := changefeed.Position(binary.LittleEndian.Uint64(p[2:]))
+	n := binary.LittleEndian.Uint16(p[10:])
+	if n > maxSnapshotIdentity {
+		return nil, 0, fmt.Errorf("%w: identity of %d bytes", ErrSnapshotCorrupt, n)
+	}
+	id := make([]byte, n)
+	if _, err := io.ReadFull(tr, id); err != nil {
+		return nil, 0, fmt.Errorf("%w: identity: %v", ErrSnapshotCorrupt, err)
+	}
+	if string(id) != identity {
+		return nil, 0, fmt.Errorf("%w: snapshot of %q, want %q", ErrSnapshotMismatch, id, identity)
+	}
+	decoded, err := filter.Decode(tr, filter.DecodeConfig{MaxBytes: maxBytes})
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: filter: %w", ErrSnapshotCorrupt, err)
+	}
+	sum := crc.Sum32()
+	var trailer [4]byte
+	if _, err := io.ReadFull(r, trailer[:]); err != nil {
+		return nil, 0, fmt.Errorf("%w: checksum: %v", ErrSnapshotCorrupt, err)
+	}
+	if binary.LittleEndian.Uint32(trailer[:]) != sum {
+		return nil, 0, fmt.Errorf("%w: checksum mismatch", ErrSnapshotCorrupt)
+	}
+	f, ok := decoded.(Filter)
+	if !ok {
+		return nil, 0, fmt.Errorf("%w: a %T cannot be a gate's filter", ErrSnapshotMismatch, decoded)
+	}
+	return f, pos, nil
+}
+
+// SnapshotStore keeps a gate's snapshots: a filter and the change-feed
+// position it reflects.
+type SnapshotStore interface {
+	// Save stores a snapshot taken at pos, written by write. Once it
+	// returns nil the snapshot survives a crash.
+	Save(ctx context.Context, pos changefeed.Position, write func(io.Writer) error) error
+	// Load calls try with the stored snapshots, newest first, until try
+	// returns nil, and returns nil then. It returns ErrNoSnapshot, joined
+	// with try's errors, when none is left.
+	Load(ctx context.Context, try func(r io.Reader) error) error
+}
+
+// DirSnapshots returns a SnapshotStore keeping snapshots as files in dir
+// (created if missing), each written atomically (temporary file, fsync,
+// rename, fsync of the directory). It keeps the newest Keep files (default
+// 2), so a damaged newest one leaves an older one to start from.
+func DirSnapshots(dir string) *DirStore { return &DirStore{Dir: dir} }
+
+// DirStore is the SnapshotStore of DirSnapshots.
+type DirStore struct {
+	Dir  string
+	Keep int // snapshots kept; default 2
+}
+
+const snapshotSuffix = ".bgsnap"
+
+// Save implements SnapshotStore.
+func (d *DirStore) Save(ctx context.Context, pos changefeed.Position, write func(io.Writer) error) error {
+	if err := os.MkdirAll(d.Dir, 0o755); err != nil {
+		return fmt.Errorf("bloomgate: snapshot dir: %w", err)
+	}
+	name := filepath.Join(d.Dir, fmt.Sprintf("%016x%s", uint64(pos), snapshotSuffix))
+	if err := atomicfile.Write(name, 0o644, write); err != nil {
+		return fmt.Errorf("bloomgate: snapshot: %w", err)
+	}
+	names, err := d.list()
+	if err != nil {
+		return err
+	}
+	keep := d.Keep
+	if keep <= 0 {
+		keep = 2
+	}
+	for _, old := range names[min(keep, len(names)):] {
+		os.Remove(filepath.Join(d.Dir, old))
+	}
+	return nil
+}
+
+// list returns the snapshot files, newest (highest position) first.
+func (d *DirStore) list() ([]string, error) {
+	entries, err := os.ReadDir(d.Dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("bloomgate: snapshot dir: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		if n := e.Name(); e.Type().IsRegular() && strings.HasSuffix(n, snapshotSuffix) && len(n) == 16+len(snapshotSuffix) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	slices.Reverse(names)
+	return names, nil
+}
+
+// Load implements SnapshotStore.
+func (d *DirStore) Load(ctx context.Context, try func(r io.Reader) error) error {
+	names, err := d.list()
+	if err != nil {
+		return err
+	}
+	errs := []error{ErrNoSnapshot}
+	for _, n := range names {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		f, err := os.Open(filepath.Join(d.Dir, n))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		err = try(bufio.NewReaderSize(f, 1<<16))
+		f.Close()
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", n, err))
+	}
+	return errors.Join(errs...)
+}
