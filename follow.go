@@ -258,7 +258,10 @@ func (fl *follower) publishLocked(f Filter) {
 	g := fl.g
 	nv := &view{state: StateReady, f: f, seed: f.Seed(), snapshotAt: g.cfg.Now(), builtAt: g.cfg.Now()}
 	nv.rm, _ = f.(Remover)
-	if !fl.caughtUp {
+	switch {
+	case g.closed:
+		nv.state, nv.reason = StateDegraded, "closed"
+	case !fl.caughtUp:
 		nv.state, nv.reason = StateDegraded, feedReason+"catching up"
 	}
 	g.publishLocked(nv)

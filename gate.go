@@ -427,12 +427,14 @@ func (g *Gate) publishLocked(nv *view) {
 	}
 }
 
-// Close unregisters the metrics and makes further Add and Remove fail. Reads
-// keep answering from the last filter. Close is idempotent.
+// Close unregisters the metrics and makes further Add and Remove fail with
+// ErrClosed. From then on every lookup fails open ("maybe present"): a row an
+// application still inserts cannot reach the filter. Close is idempotent.
 func (g *Gate) Close() error {
 	g.mu.Lock()
 	was := g.closed
 	g.closed = true
+	g.setStateLocked(StateDegraded, "closed")
 	g.mu.Unlock() // Unregister collects, which takes g.mu
 	if !was && g.cfg.Registerer != nil {
 		g.cfg.Registerer.Unregister(g.collector())

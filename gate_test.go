@@ -578,6 +578,10 @@ bloomgate_state{state="warming"} 0
 	if err := g.AddString("x"); !errors.Is(err, bloomgate.ErrClosed) {
 		t.Fatalf("Add after Close: %v", err)
 	}
+	// The refused Add's row may still commit: a closed gate fails open.
+	if !g.MayContainString("x") || g.Ready() {
+		t.Fatal("a closed gate answered absent")
+	}
 }
 
 func TestMayContainAllocs(t *testing.T) {
