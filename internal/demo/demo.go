@@ -207,7 +207,7 @@ func open(ctx context.Context, cfg Config) (users, bloomgate.Source, string, fun
 		if err != nil {
 			return nil, nil, "", nil, err
 		}
-		u := postgres.UsersTable{Pool: pool, Table: table}
+		u := PostgresUsers{Pool: pool, Table: table}
 		cleanup := func() {
 			if !cfg.Keep {
 				u.Drop(context.Background())
@@ -230,7 +230,7 @@ func open(ctx context.Context, cfg Config) (users, bloomgate.Source, string, fun
 	}
 	db.SetMaxOpenConns(cfg.Concurrency + 2)
 	db.SetMaxIdleConns(cfg.Concurrency + 2)
-	u := sqlite.UsersTable{DB: db, Table: table}
+	u := SQLiteUsers{DB: db, Table: table}
 	cleanup := func() {
 		if !cfg.Keep {
 			u.Drop(context.Background())

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/bloomgate/bloomgate"
-	"github.com/bloomgate/bloomgate/source/postgres"
+	"github.com/bloomgate/bloomgate/internal/demo"
 )
 
 // BenchmarkWarm compares a gate's warm-up from PostgreSQL with the bare
@@ -26,7 +26,7 @@ func BenchmarkWarm(b *testing.B) {
 	}
 	pool, schema := testDB(b)
 	ctx := context.Background()
-	users := postgres.UsersTable{Pool: pool, Table: schema + ".users"}
+	users := demo.PostgresUsers{Pool: pool, Table: schema + ".users"}
 	if err := users.Create(ctx); err != nil {
 		b.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/internal/demo"
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
@@ -134,7 +135,7 @@ func emails(prefix string, n int) func(int) string {
 func TestGateOverPostgres(t *testing.T) {
 	pool, schema := testDB(t)
 	ctx := context.Background()
-	users := postgres.UsersTable{Pool: pool, Table: schema + ".users"}
+	users := demo.PostgresUsers{Pool: pool, Table: schema + ".users"}
 	if err := users.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +198,7 @@ func TestGateOverPostgres(t *testing.T) {
 func TestWarmConnectionKilled(t *testing.T) {
 	pool, schema := testDB(t)
 	ctx := context.Background()
-	users := postgres.UsersTable{Pool: pool, Table: schema + ".users"}
+	users := demo.PostgresUsers{Pool: pool, Table: schema + ".users"}
 	if err := users.Create(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/filter"
-	"github.com/bloomgate/bloomgate/source/postgres"
+	"github.com/bloomgate/bloomgate/internal/demo"
 )
 
 // committedKeys is the test's own record of the rows that are committed and
@@ -73,7 +73,7 @@ func TestStressNoFalseNegatives(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			users := postgres.UsersTable{Pool: pool, Table: schema + ".users_" + kind.name}
+			users := demo.PostgresUsers{Pool: pool, Table: schema + ".users_" + kind.name}
 			if err := users.Create(ctx); err != nil {
 				t.Fatal(err)
 			}

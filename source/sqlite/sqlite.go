@@ -66,16 +66,16 @@ func New(cfg Config) (*Source, error) {
 		s.query = cfg.Query
 		s.count = "SELECT count(*) FROM (" + cfg.Query + ")"
 	case cfg.Table != "" && cfg.Column != "":
-		s.query = "SELECT " + Quote(cfg.Column) + " FROM " + Quote(cfg.Table)
-		s.count = "SELECT count(*) FROM " + Quote(cfg.Table)
+		s.query = "SELECT " + quote(cfg.Column) + " FROM " + quote(cfg.Table)
+		s.count = "SELECT count(*) FROM " + quote(cfg.Table)
 	default:
 		return nil, errors.New("sqlite: set Config.Query or both Table and Column")
 	}
 	return s, nil
 }
 
-// Quote quotes an identifier.
-func Quote(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
+// quote quotes an identifier.
+func quote(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
 
 // Scan calls fn for every non-NULL key, in its text form (integers as
 // decimal). NULL keys cannot be looked up, so they are skipped. The query runs

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -12,17 +13,18 @@ import (
 	"testing"
 
 	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/internal/demo"
 	"github.com/bloomgate/bloomgate/source/sqlite"
 )
 
-func openTemp(t testing.TB) *sqlite.UsersTable {
+func openTemp(t testing.TB) *demo.SQLiteUsers {
 	t.Helper()
 	db, err := sqlite.Open(filepath.Join(t.TempDir(), "test.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return &sqlite.UsersTable{DB: db, Table: "users"}
+	return &demo.SQLiteUsers{DB: db, Table: "users"}
 }
 
 func TestScanSpecialKeys(t *testing.T) {
@@ -149,17 +151,27 @@ func Example() {
 	}
 	defer db.Close()
 	ctx := context.Background()
-	users := sqlite.UsersTable{DB: db, Table: "users"}
-	users.Create(ctx)
-	users.Load(ctx, 1000, func(i int) string { return fmt.Sprintf("user%d@example.com", i) })
+	db.ExecContext(ctx, "CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT NOT NULL UNIQUE)")
+	for i := range 1000 {
+		db.ExecContext(ctx, "INSERT INTO users (email) VALUES (?)", fmt.Sprintf("user%d@example.com", i))
+	}
+	src, err := sqlite.New(sqlite.Config{DB: db, Table: "users", Column: "email"})
+	if err != nil {
+		panic(err)
+	}
 
-	g, _ := bloomgate.New(bloomgate.Config{Source: users.Source(), Normalizer: bloomgate.LowerTrim})
+	g, _ := bloomgate.New(bloomgate.Config{Source: src, Normalizer: bloomgate.LowerTrim})
 	if err := g.Warm(ctx); err != nil {
 		panic(err)
 	}
 	for _, e := range []string{"User7@Example.com", "nobody@example.com"} {
 		id, found, err := bloomgate.Lookup(ctx, g, e, func(ctx context.Context) (int64, bool, error) {
-			return users.Find(ctx, strings.ToLower(e))
+			var id int64
+			err := db.QueryRowContext(ctx, "SELECT id FROM users WHERE email = ?", strings.ToLower(e)).Scan(&id)
+			if errors.Is(err, sql.ErrNoRows) {
+				return 0, false, nil
+			}
+			return id, err == nil, err
 		})
 		fmt.Println(e, id, found, err)
 	}
