@@ -188,6 +188,7 @@ type Feed struct {
 	started   time.Time
 	caughtUp  time.Time
 	lastErr   error
+	reconnect int64
 }
 
 // NewFeed validates cfg and returns a Feed. It does no I/O.
@@ -517,6 +518,9 @@ type Health struct {
 	// when Lag exceeds FeedConfig.MaxLag: answers built from this feed may
 	// miss recent keys, so fail open.
 	Degraded bool
+	// Reconnects counts the replication connections this Stream lost and
+	// replaced.
+	Reconnects int64
 	// Err is the error of the last failed connection attempt or stream,
 	// nil once connected again.
 	Err error
@@ -527,12 +531,13 @@ func (f *Feed) Health() Health {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	h := Health{
-		Streaming: f.streaming.Load(),
-		Connected: f.connected,
-		Delivered: f.delivered,
-		Confirmed: f.acked,
-		CaughtUp:  f.caughtUp,
-		Err:       f.lastErr,
+		Streaming:  f.streaming.Load(),
+		Connected:  f.connected,
+		Delivered:  f.delivered,
+		Confirmed:  f.acked,
+		CaughtUp:   f.caughtUp,
+		Err:        f.lastErr,
+		Reconnects: f.reconnect,
 	}
 	if h.Streaming {
 		since := f.caughtUp
@@ -572,7 +577,7 @@ func (f *Feed) Stream(ctx context.Context, from Position, apply func(Txn) error)
 	if f.acked > from {
 		f.acked = 0
 	}
-	f.delivered, f.started, f.caughtUp, f.lastErr = from, time.Now(), time.Time{}, nil
+	f.delivered, f.started, f.caughtUp, f.lastErr, f.reconnect = from, time.Now(), time.Time{}, nil, 0
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
@@ -591,6 +596,7 @@ func (f *Feed) Stream(ctx context.Context, from Position, apply func(Txn) error)
 		}
 		f.mu.Lock()
 		f.connected, f.lastErr = false, err
+		f.reconnect++
 		f.mu.Unlock()
 		if connected {
 			backoff = 100 * time.Millisecond
