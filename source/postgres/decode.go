@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -120,11 +121,67 @@ func parse(data []byte) (m pglogrepl.Message, err error) {
 			m, err = nil, fmt.Errorf("%w: malformed %q message", ErrProtocol, data[0])
 		}
 	}()
+	if !sizesValid(data) {
+		return nil, fmt.Errorf("%w: malformed %q message", ErrProtocol, data[0])
+	}
 	m, err = pglogrepl.Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q message: %v", ErrProtocol, data[0], err)
 	}
 	return m, nil
+}
+
+// sizesValid checks the lengths pglogrepl would allocate from before it
+// does: a tuple's column lengths and a Truncate's relation count must fit in
+// the message.
+func sizesValid(data []byte) bool {
+	b := data[1:]
+	switch data[0] {
+	case 'T':
+		return len(b) >= 5 && uint64(binary.BigEndian.Uint32(b))*4 <= uint64(len(b)-5)
+	case 'I', 'U', 'D':
+	default:
+		return true
+	}
+	if len(b) < 4 {
+		return false
+	}
+	b = b[4:]
+	for len(b) > 0 {
+		switch b[0] {
+		case 'K', 'O', 'N':
+		default:
+			return false
+		}
+		var ok bool
+		if b, ok = skipTuple(b[1:]); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// skipTuple returns what follows one TupleData in b.
+func skipTuple(b []byte) ([]byte, bool) {
+	if len(b) < 2 {
+		return nil, false
+	}
+	n := int(binary.BigEndian.Uint16(b))
+	b = b[2:]
+	for range n {
+		if len(b) < 1 {
+			return nil, false
+		}
+		kind := b[0]
+		b = b[1:]
+		if kind == 't' || kind == 'b' {
+			if len(b) < 4 || uint64(binary.BigEndian.Uint32(b)) > uint64(len(b)-4) {
+				return nil, false
+			}
+			b = b[4+int(binary.BigEndian.Uint32(b)):]
+		}
+	}
+	return b, true
 }
 
 // message decodes one pgoutput message. It returns the finished transaction

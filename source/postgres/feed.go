@@ -470,7 +470,7 @@ func (f *Feed) Rebuild(ctx context.Context, fn func(key []byte) error) (Position
 }
 
 // Confirm records that the consumer's state up to and including p is
-// durable; the feed then reports p as its write, flush and apply position
+// durable (it may be called from inside apply, for the Txn being applied); the feed then reports p as its write, flush and apply position
 // to the server, which may recycle the WAL before it. p must be a position
 // delivered by the current or latest Stream (Txn.End), or the position
 // Stream started from; otherwise ErrNotDelivered. Confirming a position at
@@ -804,6 +804,11 @@ func (s *session) deliver(t Txn) error {
 	f := s.f
 	f.mu.Lock()
 	dup := t.End <= f.delivered
+	if !dup {
+		// Delivered as soon as it is handed over, so that apply itself (or
+		// another goroutine it signals) may Confirm t.End.
+		f.delivered = t.End
+	}
 	f.mu.Unlock()
 	if dup {
 		return nil
@@ -811,9 +816,6 @@ func (s *session) deliver(t Txn) error {
 	if err := s.apply(t); err != nil {
 		return errApply{err}
 	}
-	f.mu.Lock()
-	f.delivered = t.End
-	f.mu.Unlock()
 	return nil
 }
 
