@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/filter"
@@ -34,9 +35,9 @@ func BenchmarkMayContain(b *testing.B) {
 		absent := filtertest.Emails(1<<16, 2)
 		var bloom *filter.Bloom
 		g, err := bloomgate.New(bloomgate.Config{Source: sliceSource(present), Capacity: uint64(n), FPRate: 0.001,
-			NewFilter: func(n uint64, p float64) (filter.Filter, error) {
+			NewFilter: func(n uint64, p float64, seed uint64) (bloomgate.Filter, error) {
 				var err error
-				bloom, err = filter.NewBloom(filter.BloomConfig{Capacity: n, FPRate: p})
+				bloom, err = filter.NewBloom(filter.BloomConfig{Capacity: n, FPRate: p, Seed: seed})
 				return bloom, err
 			}})
 		if err != nil {
@@ -68,5 +69,43 @@ func BenchmarkMayContain(b *testing.B) {
 			})
 		}
 		g.Close()
+	}
+}
+
+// BenchmarkAddSustained measures Add at a steady rate of adds per second on a
+// simulated clock, with the journal of recent adds already holding one
+// RebuildOverlap (a minute) of them, as in a long-running service.
+//
+//	go test -run XXX -bench AddSustained -count 6 .
+func BenchmarkAddSustained(b *testing.B) {
+	for _, rate := range []int{1_000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			step := time.Second / time.Duration(rate)
+			g, err := bloomgate.New(bloomgate.Config{Source: sliceSource(nil), Capacity: 10_000_000, Now: func() time.Time { return now }})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer g.Close()
+			if err := g.Warm(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			keys := filtertest.Emails(1<<16, 3)
+			mask := len(keys) - 1
+			for i := range 60 * rate { // one overlap's worth
+				now = now.Add(step)
+				g.Add(keys[i&mask])
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				now = now.Add(step)
+				if err := g.Add(keys[i&mask]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			b.ReportMetric(float64(g.Stats().JournalAdds), "journal-adds")
+		})
 	}
 }

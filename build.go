@@ -20,6 +20,9 @@ func (g *Gate) Warm(ctx context.Context) error { return g.build(ctx, "warm") }
 // stays ready on its current filter; one that was not stays failing open.
 func (g *Gate) Rebuild(ctx context.Context) error { return g.build(ctx, "rebuild") }
 
+// A build: size a new filter, install it so every Add from then on reaches
+// it, replay the adds of the last RebuildOverlap (transactions the source's
+// snapshot may not see), scan the source into it, and publish it.
 func (g *Gate) build(ctx context.Context, kind string) (err error) {
 	g.buildMu.Lock()
 	defer g.buildMu.Unlock()
@@ -31,125 +34,172 @@ func (g *Gate) build(ctx context.Context, kind string) (err error) {
 		}
 	}()
 
-	est, eerr := g.cfg.Source.Estimate(ctx)
-	if eerr != nil {
-		g.cfg.Logger.Warn("bloomgate: source estimate failed; sizing without it", "err", eerr)
-		est = 0
-	}
-	capacity := g.cfg.Capacity
-	if capacity == 0 {
-		// A stale estimate (PostgreSQL's reltuples before ANALYZE) must not
-		// size the new filter below what the current one already holds, or
-		// the overfill trigger would rebuild it forever.
-		n := float64(est)
-		if v := g.view.Load(); v.f != nil {
-			// Items counts duplicates, but the distinct estimate saturates
-			// in an overfilled filter; over-sizing is the safe error.
-			st := v.f.Stats()
-			n = max(n, st.EstimatedDistinct, float64(st.Items))
-		}
-		capacity = max(1024, uint64(math.Ceil(1.5*n)))
-	}
-	nf, err := g.cfg.NewFilter(capacity, g.cfg.FPRate)
+	est := g.estimate(ctx)
+	capacity := g.capacity(est)
+	nf, err := g.newFilter(capacity)
 	if err != nil {
-		return fmt.Errorf("bloomgate: new filter: %w", err)
+		return err
 	}
+	snapshotAt, recent, err := g.install(nf, kind)
+	if err != nil {
+		return err
+	}
+	serr := replay(nf, recent)
+	var keys, skipped int64
+	if serr == nil {
+		keys, skipped, serr = g.scan(ctx, nf, est)
+	}
+	if err := g.finish(nf, kind, snapshotAt, serr); err != nil {
+		return err
+	}
+	g.cfg.Logger.Info("bloomgate: filter built", "kind", kind, "keys", keys, "skipped_long_keys", skipped,
+		"capacity", capacity, "seconds", time.Since(start).Seconds())
+	return nil
+}
 
-	// Install the new filter so adds from now on reach it, and replay the
-	// recent adds of transactions the source's snapshot may not see.
+// estimate returns the source's estimate of its keys, 0 if unknown.
+func (g *Gate) estimate(ctx context.Context) int64 {
+	est, err := g.cfg.Source.Estimate(ctx)
+	if err != nil {
+		g.cfg.Logger.Warn("bloomgate: source estimate failed; sizing without it", "err", err)
+		return 0
+	}
+	return est
+}
+
+// capacity sizes the next filter: Config.Capacity, or the estimate plus
+// headroom. A stale estimate (PostgreSQL's reltuples before ANALYZE) must not
+// size the new filter below what the current one already holds, or the
+// overfill trigger would rebuild it forever.
+func (g *Gate) capacity(est int64) uint64 {
+	if g.cfg.Capacity != 0 {
+		return g.cfg.Capacity
+	}
+	n := float64(est)
+	if v := g.view.Load(); v.f != nil {
+		// Items counts duplicates, but the distinct estimate saturates
+		// in an overfilled filter; over-sizing is the safe error.
+		st := v.f.Stats()
+		n = max(n, st.EstimatedDistinct, float64(st.Items))
+	}
+	return max(1024, uint64(math.Ceil((1+g.cfg.Headroom)*n)))
+}
+
+func (g *Gate) newFilter(capacity uint64) (Filter, error) {
+	nf, err := g.cfg.NewFilter(capacity, g.cfg.FPRate, g.seed)
+	if err != nil {
+		return nil, fmt.Errorf("bloomgate: new filter: %w", err)
+	}
+	if nf == nil {
+		return nil, errors.New("bloomgate: new filter: NewFilter returned nil")
+	}
+	if s := nf.Seed(); s != g.seed {
+		return nil, fmt.Errorf("bloomgate: new filter: seed %#x, want the gate's %#x", s, g.seed)
+	}
+	return nf, nil
+}
+
+// install makes nf the filter every Add also reaches, and returns the time
+// it did and the recent adds to replay into it.
+func (g *Gate) install(nf Filter, kind string) (time.Time, []journalSegment, error) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.closed {
-		g.mu.Unlock()
-		return ErrClosed
+		return time.Time{}, nil, ErrClosed
 	}
-	g.pending, g.pendingErr = nf, nil
-	now := g.cfg.Now()
-	for _, e := range g.journal {
-		if now.Sub(e.at) <= g.cfg.RebuildOverlap {
-			if err := nf.Add(e.key); err != nil {
-				g.pendingErr = err
-				break
-			}
-		}
-	}
-	unhonouredBefore := g.unhonoured
+	g.pending, g.pendingErr, g.pendingUnhonoured = nf, nil, 0
 	if v := g.view.Load(); v.state == StateReady {
 		g.setStateLocked(StateRebuilding, kind+" in progress")
 	}
-	g.mu.Unlock()
+	return g.cfg.Now(), g.journal.recent(), nil
+}
 
-	var keys, skipped int64
-	var buf []byte
+// replay adds the journal's recent hashes to nf. Adds made since install
+// reach nf directly.
+func replay(nf Filter, recent []journalSegment) error {
+	for _, seg := range recent {
+		for _, h := range seg.hashes {
+			if err := nf.AddHash(h); err != nil {
+				return fmt.Errorf("filter refused a replayed add: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// scan adds every key of the source to nf, skipping those longer than
+// MaxKeyLen (always "maybe" at lookup time, so safe to leave out).
+func (g *Gate) scan(ctx context.Context, nf Filter, est int64) (keys, skipped int64, err error) {
 	report := func(done bool) {
 		if g.cfg.OnProgress != nil {
 			g.cfg.OnProgress(Progress{Keys: keys, Estimate: est, Done: done})
 		}
 	}
-	serr := g.cfg.Source.Scan(ctx, func(key []byte) error {
-		buf = g.cfg.Normalizer.Append(buf[:0], key)
-		if len(buf) > g.cfg.MaxKeyLen {
-			skipped++ // always "maybe" at lookup time, so safe to leave out
+	err = g.cfg.Source.Scan(ctx, func(key []byte) error {
+		h, err := g.hash(key)
+		if err != nil {
+			skipped++
 			return nil
 		}
-		if err := nf.Add(buf); err != nil {
+		if err := nf.AddHash(h); err != nil {
 			return fmt.Errorf("filter refused key %d: %w", keys, err)
 		}
 		if keys++; keys%progressEvery == 0 {
 			report(false)
-			if err := ctx.Err(); err != nil {
-				return err
-			}
+			return ctx.Err()
 		}
 		return nil
 	})
 	report(true)
+	return keys, skipped, err
+}
 
+// finish ends a build: on success it publishes nf as the serving filter; on
+// failure the gate keeps serving what it had, or fails open if it had
+// nothing.
+func (g *Gate) finish(nf Filter, kind string, snapshotAt time.Time, serr error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	perr := g.pendingErr
-	g.pending, g.pendingErr = nil, nil
-	if serr == nil && perr != nil {
-		serr = fmt.Errorf("filter refused a concurrent add: %w", perr)
+	if serr == nil && g.pendingErr != nil {
+		serr = fmt.Errorf("filter refused a concurrent add: %w", g.pendingErr)
+	}
+	unhonoured := g.pendingUnhonoured
+	g.pending, g.pendingErr, g.pendingUnhonoured = nil, nil, 0
+	if serr == nil && g.closed {
+		serr = ErrClosed
 	}
 	if serr != nil {
-		switch v := g.view.Load(); v.state {
-		case StateRebuilding:
+		switch v := g.view.Load(); {
+		case v.state == StateRebuilding:
 			g.setStateLocked(StateReady, "")
-		case StateWarming, StateDegraded:
-			if v.f == nil {
-				g.setStateLocked(StateDegraded, fmt.Sprintf("%s failed: %v", kind, serr))
-			}
+		case v.f == nil:
+			g.setStateLocked(StateDegraded, fmt.Sprintf("%s failed: %v", kind, serr))
+		}
+		if errors.Is(serr, ErrClosed) {
+			return serr
 		}
 		return fmt.Errorf("bloomgate: %s: %w", kind, serr)
 	}
-	if g.closed {
-		return ErrClosed
-	}
-	nv := &view{state: StateReady, f: nf, builtAt: g.cfg.Now()}
-	if hl, ok := nf.(hashLookup); ok {
-		nv.hl, nv.seed = hl, hl.Seed()
-	}
-	g.view.Store(nv)
-	// Removes made during the build may still be in the new filter.
-	g.unhonoured -= unhonouredBefore
+	nv := &view{state: StateReady, f: nf, snapshotAt: snapshotAt, builtAt: g.cfg.Now()}
+	nv.rm, _ = nf.(Remover)
+	g.publishLocked(nv)
+	g.unhonoured = unhonoured // removes made during the build never reached nf
 	g.m.builds.Add(1)
-	g.cfg.Logger.Info("bloomgate: filter built", "kind", kind, "keys", keys, "skipped_long_keys", skipped,
-		"capacity", capacity, "seconds", time.Since(start).Seconds())
 	return nil
 }
 
 // Run warms the gate and keeps it fresh until ctx is done: it retries failed
 // builds with backoff (failing open meanwhile), and rebuilds on schedule
 // (RebuildInterval), when the filter is overfilled (estimated FP rate above
-// OverfillFactor × FPRate), when unhonoured removes pile up, and when the gate
-// is degraded. It returns ctx's error.
+// OverfillFactor × FPRate), when unapplied removes pile up, and when the gate
+// is degraded. It returns ctx's error, or ErrClosed once the gate is closed.
 func (g *Gate) Run(ctx context.Context) error {
 	backoff := time.Second
 	for {
 		var wait time.Duration
 		if reason := g.rebuildReason(); reason != "" {
 			g.cfg.Logger.Info("bloomgate: building", "reason", reason)
-			if err := g.build(ctx, buildKind(g)); err != nil {
+			if err := g.build(ctx, g.buildKind()); err != nil {
 				if errors.Is(err, ErrClosed) {
 					return err
 				}
@@ -171,7 +221,7 @@ func (g *Gate) Run(ctx context.Context) error {
 	}
 }
 
-func buildKind(g *Gate) string {
+func (g *Gate) buildKind() string {
 	if g.view.Load().f == nil {
 		return "warm"
 	}
@@ -197,7 +247,7 @@ func (g *Gate) rebuildReason() string {
 	u := g.unhonoured
 	g.mu.Unlock()
 	if u > 0 && float64(u) > g.cfg.RemoveRebuildRatio*float64(max(st.Items, 1)) {
-		return fmt.Sprintf("%d removes the filter could not honour", u)
+		return fmt.Sprintf("%d removes the filter did not apply", u)
 	}
 	return ""
 }

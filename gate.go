@@ -1,12 +1,12 @@
 package bloomgate
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +27,12 @@ var (
 	// gate stays correct (the key only costs a false positive) and counts it
 	// toward the rebuild trigger.
 	ErrRemoveUnsupported = errors.New("bloomgate: filter cannot remove keys")
+	// ErrRemoveDeferred reports a Remove the gate did not apply because the
+	// serving filter's build started less than Config.RebuildOverlap before
+	// it: its snapshot may never have held the key, and removing it could
+	// remove another key's trace. The key costs a false positive until the
+	// next build, and counts toward the rebuild trigger.
+	ErrRemoveDeferred = errors.New("bloomgate: remove deferred to the next build")
 	// ErrClosed reports use of a closed Gate.
 	ErrClosed = errors.New("bloomgate: closed")
 )
@@ -45,7 +51,7 @@ const (
 	StateRebuilding
 	// StateDegraded: the gate cannot be sure of its filter (a build failed
 	// with nothing to fall back on, the filter refused a key, or the
-	// application called Degrade); Reason says why.
+	// application called Degrade); the reason says why.
 	StateDegraded
 )
 
@@ -69,14 +75,22 @@ type Config struct {
 	// Source streams the table's keys. Required.
 	Source Source
 	// Capacity is the number of keys each built filter is sized for.
-	// Default: 1.5 × Source.Estimate at build time (at least 1024), so the
-	// table can grow by half before the overfill trigger fires.
+	// Default: (1 + Headroom) × the source's estimate at build time (at
+	// least 1024, and never less than the serving filter holds).
 	Capacity uint64
+	// Headroom is the growth a filter sized from the source's estimate is
+	// built for: at 0.25 the table can grow by a quarter before the filter
+	// reaches FPRate, and further until the overfill trigger rebuilds it.
+	// Memory grows with it: at the default FPRate a Bloom filter takes about
+	// 15.6 × (1 + Headroom) bits per key. Ignored when Capacity is set.
+	// Default: 0.25.
+	Headroom float64
 	// FPRate is the target false-positive rate. Default: 0.001.
 	FPRate float64
-	// NewFilter builds an empty filter. Default: a blocked filter.Bloom.
-	// Filters that implement filter.Remover let Remove take effect at once.
-	NewFilter func(capacity uint64, fpRate float64) (filter.Filter, error)
+	// NewFilter builds an empty filter for capacity keys at fpRate whose
+	// hash uses seed. Default: NewBloom. NewCuckoo and NewCounting build
+	// filters whose removes the gate applies.
+	NewFilter func(capacity uint64, fpRate float64, seed uint64) (Filter, error)
 	// Normalizer maps keys before they reach the filter, on every path.
 	// Default: Exact.
 	Normalizer Normalizer
@@ -89,8 +103,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer, if set, receives the gate's Prometheus metrics.
 	Registerer prometheus.Registerer
-	// RebuildInterval rebuilds the filter from the source this often (the
-	// articles' nightly job). Default: 0, never on a schedule.
+	// RebuildInterval rebuilds the filter from the source this often (a
+	// nightly job, say). Default: 0, never on a schedule.
 	RebuildInterval time.Duration
 	// CheckInterval is how often Run checks the rebuild triggers.
 	// Default: 15 s.
@@ -98,13 +112,15 @@ type Config struct {
 	// OverfillFactor triggers a rebuild when the filter's estimated
 	// false-positive rate exceeds FPRate × OverfillFactor. Default: 2.
 	OverfillFactor float64
-	// RemoveRebuildRatio triggers a rebuild when removes the filter could not
-	// honour exceed this fraction of its items. Default: 0.01.
+	// RemoveRebuildRatio triggers a rebuild when removes the filter did not
+	// apply exceed this fraction of its items. Default: 0.01.
 	RemoveRebuildRatio float64
-	// RebuildOverlap is how far back a build replays recent adds into the new
-	// filter, to cover transactions that called Add before their row was
-	// visible to the build's snapshot. It must exceed your longest
-	// transaction. Default: 1 minute.
+	// RebuildOverlap bounds the time between a row's Add and its commit, and
+	// between a row's delete commit and its Remove: it must exceed your
+	// longest transaction and your slowest Remove. A build replays the adds
+	// of the last RebuildOverlap into its new filter, and a Remove less than
+	// RebuildOverlap after the serving filter's build started is not applied
+	// (ErrRemoveDeferred). Default: 1 minute.
 	RebuildOverlap time.Duration
 	// OnProgress is called about every 65536 keys during a build, and once
 	// with Done set at its end. It must not block.
@@ -113,48 +129,47 @@ type Config struct {
 	Now func() time.Time
 }
 
+// Defaults of Config's fields.
+const (
+	DefaultFPRate             = 0.001
+	DefaultHeadroom           = 0.25
+	DefaultMaxKeyLen          = 4096
+	DefaultCheckInterval      = 15 * time.Second
+	DefaultOverfillFactor     = 2
+	DefaultRemoveRebuildRatio = 0.01
+	DefaultRebuildOverlap     = time.Minute
+)
+
 func (c *Config) fill() error {
 	if c.Source == nil {
 		return fmt.Errorf("%w: Source is required", ErrInvalidConfig)
 	}
-	if c.FPRate == 0 {
-		c.FPRate = 0.001
-	}
-	if !(c.FPRate > 0 && c.FPRate < 1) {
-		return fmt.Errorf("%w: FPRate %v outside (0, 1)", ErrInvalidConfig, c.FPRate)
-	}
+	setDefault(&c.FPRate, DefaultFPRate)
+	setDefault(&c.Headroom, DefaultHeadroom)
+	setDefault(&c.MaxKeyLen, DefaultMaxKeyLen)
+	setDefault(&c.CheckInterval, DefaultCheckInterval)
+	setDefault(&c.OverfillFactor, DefaultOverfillFactor)
+	setDefault(&c.RemoveRebuildRatio, DefaultRemoveRebuildRatio)
+	setDefault(&c.RebuildOverlap, DefaultRebuildOverlap)
 	if c.NewFilter == nil {
-		c.NewFilter = func(n uint64, p float64) (filter.Filter, error) {
-			return filter.NewBloom(filter.BloomConfig{Capacity: n, FPRate: p})
-		}
-	}
-	if c.MaxKeyLen == 0 {
-		c.MaxKeyLen = 4096
+		c.NewFilter = NewBloom
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if c.CheckInterval == 0 {
-		c.CheckInterval = 15 * time.Second
-	}
-	if c.OverfillFactor == 0 {
-		c.OverfillFactor = 2
-	}
-	if c.RemoveRebuildRatio == 0 {
-		c.RemoveRebuildRatio = 0.01
-	}
-	if c.RebuildOverlap == 0 {
-		c.RebuildOverlap = time.Minute
 	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 	switch {
+	case !(c.FPRate > 0 && c.FPRate < 1):
+		return fmt.Errorf("%w: FPRate %v outside (0, 1)", ErrInvalidConfig, c.FPRate)
 	case c.MaxKeyLen < 0, c.RebuildInterval < 0, c.CheckInterval < 0, c.RebuildOverlap < 0:
 		return fmt.Errorf("%w: negative MaxKeyLen or interval", ErrInvalidConfig)
-	case c.OverfillFactor < 1:
+	case !(c.Headroom >= 0):
+		return fmt.Errorf("%w: Headroom %v < 0", ErrInvalidConfig, c.Headroom)
+	case !(c.OverfillFactor >= 1):
 		return fmt.Errorf("%w: OverfillFactor %v < 1", ErrInvalidConfig, c.OverfillFactor)
-	case c.RemoveRebuildRatio < 0:
+	case !(c.RemoveRebuildRatio >= 0):
 		return fmt.Errorf("%w: negative RemoveRebuildRatio", ErrInvalidConfig)
 	}
 	if _, err := filter.SizeBloom(1024, c.FPRate); err != nil {
@@ -163,35 +178,34 @@ func (c *Config) fill() error {
 	return nil
 }
 
-// hashLookup is the capability the gate uses to hash a key once, on the stack,
-// without handing the slice to an interface (which would allocate).
-type hashLookup interface {
-	Seed() uint64
-	MayContainHash(h uint64) bool
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 // view is what readers see, published atomically as one unit.
 type view struct {
-	state   State
-	reason  string
-	f       filter.Filter // nil while warming
-	hl      hashLookup    // f's hash capability, if any
-	seed    uint64
-	builtAt time.Time
-}
-
-type journalEntry struct {
-	at  time.Time
-	key []byte
+	state  State
+	reason string
+	f      Filter  // nil while warming
+	rm     Remover // f, if it can remove
+	// snapshotAt is when f's build installed it: rows committed later
+	// reached f through Add, rows deleted earlier may be missing from it.
+	snapshotAt time.Time
+	builtAt    time.Time
 }
 
 // Gate answers "definitely absent" for keys its filter has never seen, and
 // sends everything else to the database.
 //
 // A Gate is safe for concurrent use. MayContain and Lookup never lock; Add,
-// Remove and builds serialise on a mutex. Lock order: buildMu, then mu.
+// Remove and the start and end of a build serialise on a mutex. Lock order:
+// buildMu, then mu.
 type Gate struct {
 	cfg  Config
+	seed uint64 // every filter's hash seed, fixed for the gate's life
 	view atomic.Pointer[view]
 	sf   singleflight.Group
 	m    *metrics
@@ -199,11 +213,14 @@ type Gate struct {
 	buildMu sync.Mutex // one build at a time
 
 	mu         sync.Mutex // guards the fields below; readers never take it
-	pending    filter.Filter
-	pendingErr error
-	journal    []journalEntry
-	unhonoured uint64 // removes the serving filter could not apply
-	closed     bool
+	pending    Filter     // the filter a build is filling, nil outside builds
+	pendingErr error      // the first add pending refused
+	journal    journal
+	unhonoured uint64 // removes the serving filter did not apply
+	// pendingUnhonoured counts removes since the pending filter was
+	// installed: none of them reached it.
+	pendingUnhonoured uint64
+	closed            bool
 }
 
 // New returns a gate in StateWarming. Call Warm or Run to build its filter;
@@ -212,11 +229,10 @@ func New(cfg Config) (*Gate, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	g := &Gate{cfg: cfg}
+	g := &Gate{cfg: cfg, seed: rand.Uint64(), journal: newJournal(cfg.RebuildOverlap), m: &metrics{}}
 	g.view.Store(&view{state: StateWarming, reason: "not warmed yet"})
-	g.m = newMetrics(g)
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(g.m); err != nil {
+		if err := cfg.Registerer.Register(g.collector()); err != nil {
 			return nil, fmt.Errorf("bloomgate: registering metrics: %w", err)
 		}
 	}
@@ -230,10 +246,9 @@ func (g *Gate) State() (State, string) {
 }
 
 // Ready reports whether the filter is authoritative (for readiness probes).
-func (g *Gate) Ready() bool {
-	s := g.view.Load().state
-	return s == StateReady || s == StateRebuilding
-}
+func (g *Gate) Ready() bool { return g.view.Load().authoritative() }
+
+func (v *view) authoritative() bool { return v.state == StateReady || v.state == StateRebuilding }
 
 // MayContain reports false only if key is definitely not in the table. It
 // never blocks and does not allocate (built-in normalisers, keys ≤ 256 bytes).
@@ -252,51 +267,45 @@ func (g *Gate) MayContainString(key string) bool {
 // filter (false: failed open).
 func (g *Gate) mayContain(key []byte) (present, authoritative bool) {
 	v := g.view.Load()
-	if v.state != StateReady && v.state != StateRebuilding {
+	if !v.authoritative() {
 		g.m.failOpen[v.state].Add(1)
 		return true, false
 	}
-	switch n := g.cfg.Normalizer; {
-	case n.fn != nil:
-		return g.lookupNormalized(v, n.fn(nil, key))
-	case n.kind == 0: // Exact: no copy
-		return g.lookupNormalized(v, key)
-	}
 	var buf [256]byte
-	return g.lookupNormalized(v, g.cfg.Normalizer.appendBuiltin(buf[:0], key))
-}
-
-func (g *Gate) lookupNormalized(v *view, nk []byte) (present, authoritative bool) {
-	if len(nk) > g.cfg.MaxKeyLen {
+	nk, ok := g.cfg.Normalizer.normalize(&buf, key, g.cfg.MaxKeyLen)
+	if !ok {
 		g.m.failOpenLong.Add(1)
 		return true, false
 	}
-	if v.hl != nil {
-		h := filter.Hash(nk, v.seed)
-		present = v.hl.MayContainHash(h)
-		g.m.lookups.add(h, present)
-	} else {
-		// Filters without the hash capability get a copy: handing the
-		// caller's stack buffer to an interface would move it to the heap
-		// on every path.
-		present = v.f.MayContain(bytes.Clone(nk))
-		g.m.lookups.add(uint64(len(nk)), present)
-	}
+	h := filter.Hash(nk, g.seed)
+	present = v.f.MayContainHash(h)
+	g.m.lookups.add(h, present)
 	return present, true
 }
 
-// Add records a new key (the articles' on_user_created). Call it before the
-// row's transaction commits: from then on no lookup can miss the row. A key
-// whose transaction rolls back only costs a false positive until the next
-// rebuild.
+// hash normalises key and hashes it with the gate's seed.
+func (g *Gate) hash(key []byte) (uint64, error) {
+	var buf [256]byte
+	nk, ok := g.cfg.Normalizer.normalize(&buf, key, g.cfg.MaxKeyLen)
+	if !ok {
+		return 0, fmt.Errorf("%w: %d bytes (limit %d)", ErrKeyTooLong, len(nk), g.cfg.MaxKeyLen)
+	}
+	return filter.Hash(nk, g.seed), nil
+}
+
+// Add records a new key. Call it before the row's transaction commits: from
+// then on no lookup can miss the row, and a build that starts before the
+// commit replays the add as long as the commit comes within RebuildOverlap. A
+// key whose transaction rolls back only costs a false positive until the next
+// build.
 //
 // If the filter refuses the key (a full cuckoo filter, say), Add returns the
-// error and the gate turns degraded — failing open — until a rebuild.
+// error and the gate turns degraded — failing open — until a build succeeds.
+// Add holds the gate's mutex for O(1) amortised work.
 func (g *Gate) Add(key []byte) error {
-	var buf [256]byte
-	nk := g.cfg.Normalizer.Append(buf[:0], key)
-	if len(nk) > g.cfg.MaxKeyLen {
-		return fmt.Errorf("%w: %d bytes (limit %d)", ErrKeyTooLong, len(nk), g.cfg.MaxKeyLen)
+	h, err := g.hash(key)
+	if err != nil {
+		return err
 	}
 	now := g.cfg.Now()
 	g.mu.Lock()
@@ -304,14 +313,12 @@ func (g *Gate) Add(key []byte) error {
 	if g.closed {
 		return ErrClosed
 	}
-	g.appendJournal(now, nk)
+	g.journal.add(now, h)
 	if g.pending != nil && g.pendingErr == nil {
-		if err := g.pending.Add(nk); err != nil {
-			g.pendingErr = err
-		}
+		g.pendingErr = g.pending.AddHash(h)
 	}
 	if v := g.view.Load(); v.f != nil {
-		if err := v.f.Add(nk); err != nil {
+		if err := v.f.AddHash(h); err != nil {
 			g.setStateLocked(StateDegraded, fmt.Sprintf("filter refused a key: %v", err))
 			return fmt.Errorf("bloomgate: add: %w", err)
 		}
@@ -323,41 +330,51 @@ func (g *Gate) Add(key []byte) error {
 // AddString is Add for a string key.
 func (g *Gate) AddString(key string) error { return g.Add(stringBytes(key)) }
 
-// Remove records that key's row was deleted. Call it after the delete
-// commits. With a filter that implements filter.Remover the key is removed at
-// once; otherwise Remove returns ErrRemoveUnsupported, the key keeps costing a
-// false positive, and enough of them trigger a rebuild. Removing a key that
-// was never added is the caller's error: with a counting or cuckoo filter it
-// can remove another key's trace.
+// Remove records that key's row was deleted. Call it once per deleted row,
+// after the delete commits and within RebuildOverlap of the commit, and only
+// for rows whose key was in the table or added with Add; removing a key the
+// gate never saw can make another key a false negative with a counting or
+// cuckoo filter.
 //
-// A remove during a build is not applied to the filter being built (whose
-// snapshot may not have reached the key yet); the key is at worst a false
-// positive until the next build.
+// Remove deletes the key from the serving filter only when that is safe: the
+// filter implements Remover and its build started at least RebuildOverlap
+// ago, so its snapshot held the row. Otherwise it returns
+// ErrRemoveUnsupported (the filter cannot remove) or ErrRemoveDeferred (the
+// snapshot may not have held the row): the key then costs a false positive
+// until the next build, and enough such removes trigger one. A filter being
+// built never receives removes. A Remove the filter rejects (the key is not
+// in it) returns the filter's error, counted as a remove miss.
 func (g *Gate) Remove(key []byte) error {
-	var buf [256]byte
-	nk := g.cfg.Normalizer.Append(buf[:0], key)
-	if len(nk) > g.cfg.MaxKeyLen {
+	h, err := g.hash(key)
+	if err != nil {
 		return nil // never in the filter
 	}
+	now := g.cfg.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
 		return ErrClosed
 	}
 	g.m.removes.Add(1)
+	if g.pending != nil {
+		g.pendingUnhonoured++
+	}
 	v := g.view.Load()
-	if v.f == nil {
+	switch {
+	case v.f == nil:
 		return nil
+	case v.rm == nil:
+		g.unhonoured++
+		return ErrRemoveUnsupported
+	case now.Sub(v.snapshotAt) < g.cfg.RebuildOverlap:
+		g.unhonoured++
+		return ErrRemoveDeferred
 	}
-	if r, ok := v.f.(filter.Remover); ok {
-		if err := r.Remove(nk); err != nil {
-			g.m.removeMisses.Add(1)
-			return fmt.Errorf("bloomgate: remove: %w", err)
-		}
-		return nil
+	if err := v.rm.RemoveHash(h); err != nil {
+		g.m.removeMisses.Add(1)
+		return fmt.Errorf("bloomgate: remove: %w", err)
 	}
-	g.unhonoured++
-	return ErrRemoveUnsupported
+	return nil
 }
 
 // RemoveString is Remove for a string key.
@@ -374,27 +391,21 @@ func (g *Gate) Degrade(reason string) {
 
 // setStateLocked publishes a new view with the same filter. g.mu is held.
 func (g *Gate) setStateLocked(s State, reason string) {
-	old := g.view.Load()
-	nv := *old
+	nv := *g.view.Load()
 	nv.state, nv.reason = s, reason
-	if s == StateReady {
-		nv.reason = ""
-	}
-	g.view.Store(&nv)
-	if old.state != s {
-		g.cfg.Logger.Info("bloomgate: state change", "from", old.state, "to", s, "reason", reason)
-	}
+	g.publishLocked(&nv)
 }
 
-func (g *Gate) appendJournal(now time.Time, nk []byte) {
-	cut := 0
-	for cut < len(g.journal) && now.Sub(g.journal[cut].at) > g.cfg.RebuildOverlap {
-		cut++
+// publishLocked makes nv the view readers see and logs a state change.
+// g.mu is held.
+func (g *Gate) publishLocked(nv *view) {
+	if nv.state == StateReady {
+		nv.reason = ""
 	}
-	if cut > 0 {
-		g.journal = append(g.journal[:0], g.journal[cut:]...)
+	old := g.view.Swap(nv)
+	if old.state != nv.state {
+		g.cfg.Logger.Info("bloomgate: state change", "from", old.state, "to", nv.state, "reason", nv.reason)
 	}
-	g.journal = append(g.journal, journalEntry{at: now, key: append([]byte(nil), nk...)})
 }
 
 // Close unregisters the metrics and makes further Add and Remove fail. Reads
@@ -405,7 +416,7 @@ func (g *Gate) Close() error {
 	g.closed = true
 	g.mu.Unlock() // Unregister collects, which takes g.mu
 	if !was && g.cfg.Registerer != nil {
-		g.cfg.Registerer.Unregister(g.m)
+		g.cfg.Registerer.Unregister(g.collector())
 	}
 	return nil
 }
@@ -419,18 +430,22 @@ type Stats struct {
 	// FailOpen counts lookups sent to the database because the gate was
 	// not ready or the key was too long.
 	FailOpen uint64
-	// Fetches counts database fetches made by Lookup (after coalescing);
-	// EmptyFetches those after a "maybe" that found nothing: false
-	// positives, observed.
+	// Fetches counts database fetches made by Lookup, after coalescing:
+	// concurrent Lookups of one key share one fetch and count once.
+	// EmptyFetches counts those that followed an authoritative "maybe" and
+	// found no row: false positives, observed (also counted once per
+	// shared fetch).
 	Fetches, EmptyFetches uint64
 	// ObservedFPRate is EmptyFetches / (Absent + EmptyFetches): the share of
 	// absent keys the filter let through.
 	ObservedFPRate float64
 	// ConfiguredFPRate is Config.FPRate.
 	ConfiguredFPRate float64
-	// UnhonouredRemoves counts removes the filter could not apply since the
-	// last build.
+	// UnhonouredRemoves counts removes the serving filter did not apply
+	// (ErrRemoveUnsupported, ErrRemoveDeferred, or made during its build).
 	UnhonouredRemoves uint64
+	// JournalAdds is the number of recent adds a build would replay.
+	JournalAdds int
 	// Builds counts successful warm-ups and rebuilds.
 	Builds uint64
 	// Filter describes the serving filter (zero while warming).
@@ -442,10 +457,7 @@ func (g *Gate) Stats() Stats {
 	v := g.view.Load()
 	s := Stats{State: v.state, Reason: v.reason, ConfiguredFPRate: g.cfg.FPRate}
 	s.Lookups, s.Absent = g.m.lookups.sum()
-	s.FailOpen = g.m.failOpenLong.Load()
-	for i := range g.m.failOpen {
-		s.FailOpen += g.m.failOpen[i].Load()
-	}
+	s.FailOpen = g.m.failOpenTotal()
 	s.Fetches, s.EmptyFetches = g.m.fetches.Load(), g.m.emptyFetches.Load()
 	if d := s.Absent + s.EmptyFetches; d > 0 {
 		s.ObservedFPRate = float64(s.EmptyFetches) / float64(d)
@@ -453,6 +465,7 @@ func (g *Gate) Stats() Stats {
 	s.Builds = g.m.builds.Load()
 	g.mu.Lock()
 	s.UnhonouredRemoves = g.unhonoured
+	s.JournalAdds = g.journal.n
 	g.mu.Unlock()
 	if v.f != nil {
 		s.Filter = v.f.Stats()
@@ -464,8 +477,8 @@ func (g *Gate) Stats() Stats {
 // the gate proves key absent, and otherwise calls fetch, which returns the
 // value and whether a row was found. Concurrent Lookups of the same
 // (normalised) key share one fetch; the shared fetch runs with the context of
-// the caller that started it. A fetch that finds nothing after a "maybe"
-// counts as an observed false positive.
+// the caller that started it. A shared fetch that finds nothing after an
+// authoritative "maybe" counts once as an observed false positive.
 func Lookup[V any](ctx context.Context, g *Gate, key string, fetch func(ctx context.Context) (V, bool, error)) (V, bool, error) {
 	var zero V
 	present, authoritative := g.mayContain(stringBytes(key))
@@ -476,15 +489,15 @@ func Lookup[V any](ctx context.Context, g *Gate, key string, fetch func(ctx cont
 	res, err, _ := g.sf.Do(nk, func() (any, error) {
 		g.m.fetches.Add(1)
 		v, found, err := fetch(ctx)
+		if err == nil && !found && authoritative {
+			g.m.emptyFetches.Add(1)
+		}
 		return fetchResult[V]{v, found}, err
 	})
 	if err != nil {
 		return zero, false, err
 	}
 	r := res.(fetchResult[V])
-	if !r.found && authoritative {
-		g.m.emptyFetches.Add(1)
-	}
 	return r.v, r.found, nil
 }
 

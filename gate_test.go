@@ -415,19 +415,18 @@ type refusingFilter struct {
 	left atomic.Int64
 }
 
-func (f *refusingFilter) AddString(k string) error { return f.Add([]byte(k)) }
-func (f *refusingFilter) Add(k []byte) error {
+func (f *refusingFilter) AddHash(h uint64) error {
 	if f.left.Add(-1) < 0 {
 		return filter.ErrFull
 	}
-	return f.Bloom.Add(k)
+	return f.Bloom.AddHash(h)
 }
 
 func TestRefusedAddDegrades(t *testing.T) {
 	src := newMemSource(keys("user", 100)...)
 	limit := int64(150)
-	g := newGate(t, bloomgate.Config{Source: src, NewFilter: func(n uint64, p float64) (filter.Filter, error) {
-		b, err := filter.NewBloom(filter.BloomConfig{Capacity: n, FPRate: p})
+	g := newGate(t, bloomgate.Config{Source: src, NewFilter: func(n uint64, p float64, seed uint64) (bloomgate.Filter, error) {
+		b, err := filter.NewBloom(filter.BloomConfig{Capacity: n, FPRate: p, Seed: seed})
 		f := &refusingFilter{Bloom: b}
 		f.left.Store(limit)
 		return f, err
@@ -614,12 +613,12 @@ func TestStaleEstimateDoesNotShrink(t *testing.T) {
 
 func TestRemoveWithCuckoo(t *testing.T) {
 	src := newMemSource(keys("user", 5000)...)
-	g := newGate(t, bloomgate.Config{Source: src, FPRate: 0.001, NewFilter: func(n uint64, p float64) (filter.Filter, error) {
-		return filter.NewCuckoo(filter.CuckooConfig{Capacity: n, FPRate: p})
-	}})
+	clock := newFakeClock()
+	g := newGate(t, bloomgate.Config{Source: src, FPRate: 0.001, NewFilter: bloomgate.NewCuckoo, Now: clock.Now})
 	if err := g.Warm(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	clock.Advance(time.Minute) // RebuildOverlap after the build started: removes apply
 	gone := keys("user", 5000)[:2500]
 	for _, k := range gone {
 		src.delete(k)

@@ -1,6 +1,7 @@
 package bloomgate
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,10 +36,8 @@ func (c *stripedCounts) sum() (lookups, absent uint64) {
 	return lookups, absent
 }
 
-// metrics holds the gate's counters and exposes them, with the filter's
-// stats, as a Prometheus collector. The filter is read once per scrape.
+// metrics holds the gate's counters.
 type metrics struct {
-	g            *Gate
 	lookups      stripedCounts
 	failOpen     [4]atomic.Uint64 // by State
 	failOpenLong atomic.Uint64
@@ -49,48 +48,32 @@ type metrics struct {
 	removeMisses atomic.Uint64
 	builds       atomic.Uint64
 
+	once         sync.Once // creates the histogram and counter below
 	buildSeconds *prometheus.HistogramVec
 	buildsTotal  *prometheus.CounterVec
-
-	dLookups, dAbsent, dFailOpen, dFetches, dEmpty, dAdds, dRemoves, dRemoveMisses,
-	dObservedFP, dEstimatedFP, dConfiguredFP, dItems, dDistinct, dFill, dBytes, dCapacity,
-	dState, dUnhonoured *prometheus.Desc
 }
 
-func newMetrics(g *Gate) *metrics {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc("bloomgate_"+name, help, labels, nil)
+func (m *metrics) failOpenTotal() uint64 {
+	n := m.failOpenLong.Load()
+	for i := range m.failOpen {
+		n += m.failOpen[i].Load()
 	}
-	return &metrics{
-		g: g,
-		buildSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	return n
+}
+
+func (m *metrics) vecs() (*prometheus.HistogramVec, *prometheus.CounterVec) {
+	m.once.Do(func() {
+		m.buildSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "bloomgate_build_duration_seconds",
 			Help:    "Time to build a filter from the source (warm-up or rebuild).",
 			Buckets: prometheus.ExponentialBuckets(0.01, 3, 10),
-		}, []string{"kind"}),
-		buildsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, []string{"kind"})
+		m.buildsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bloomgate_builds_total",
 			Help: "Filter builds by kind (warm, rebuild) and result (ok, error).",
-		}, []string{"kind", "result"}),
-		dLookups:      d("lookups_total", "Lookups answered from the filter."),
-		dAbsent:       d("absent_total", "Lookups the filter answered 'definitely absent' (database queries avoided)."),
-		dFailOpen:     d("fail_open_total", "Lookups sent to the database because the gate could not be sure, by reason.", "reason"),
-		dFetches:      d("fetches_total", "Database fetches made by Lookup, after coalescing."),
-		dEmpty:        d("empty_fetches_total", "Fetches after a 'maybe' that found no row (observed false positives)."),
-		dAdds:         d("adds_total", "Keys added."),
-		dRemoves:      d("removes_total", "Keys removed."),
-		dRemoveMisses: d("remove_misses_total", "Removes the filter rejected because the key was not in it (deletes out of step with adds)."),
-		dObservedFP:   d("observed_fp_ratio", "Empty fetches / (absent answers + empty fetches)."),
-		dEstimatedFP:  d("estimated_fp_ratio", "False-positive rate estimated from the filter's fill."),
-		dConfiguredFP: d("configured_fp_ratio", "Target false-positive rate."),
-		dItems:        d("filter_items", "Keys added to the serving filter, duplicates included."),
-		dDistinct:     d("filter_distinct_estimate", "Distinct keys in the serving filter, estimated from its fill."),
-		dFill:         d("filter_fill_ratio", "Fraction of the serving filter's bits or slots in use."),
-		dBytes:        d("filter_bytes", "Memory held by the serving filter."),
-		dCapacity:     d("filter_capacity", "Keys the serving filter was sized for."),
-		dState:        d("state", "1 for the gate's current state.", "state"),
-		dUnhonoured:   d("unhonoured_removes", "Removes the filter could not apply since the last build."),
-	}
+		}, []string{"kind", "result"})
+	})
+	return m.buildSeconds, m.buildsTotal
 }
 
 func (m *metrics) observeBuild(kind string, d time.Duration, err error) {
@@ -98,59 +81,98 @@ func (m *metrics) observeBuild(kind string, d time.Duration, err error) {
 	if err != nil {
 		result = "error"
 	}
-	m.buildSeconds.WithLabelValues(kind).Observe(d.Seconds())
-	m.buildsTotal.WithLabelValues(kind, result).Inc()
+	seconds, total := m.vecs()
+	seconds.WithLabelValues(kind).Observe(d.Seconds())
+	total.WithLabelValues(kind, result).Inc()
 }
 
+var (
+	descLookups      = desc("lookups_total", "Lookups answered from the filter.")
+	descAbsent       = desc("absent_total", "Lookups the filter answered 'definitely absent' (database queries avoided).")
+	descFailOpen     = desc("fail_open_total", "Lookups sent to the database because the gate could not be sure, by reason.", "reason")
+	descFetches      = desc("fetches_total", "Database fetches made by Lookup, after coalescing.")
+	descEmpty        = desc("empty_fetches_total", "Fetches after a 'maybe' that found no row (observed false positives), after coalescing.")
+	descAdds         = desc("adds_total", "Keys added.")
+	descRemoves      = desc("removes_total", "Keys removed.")
+	descRemoveMisses = desc("remove_misses_total", "Removes the filter rejected because the key was not in it (deletes out of step with adds).")
+	descObservedFP   = desc("observed_fp_ratio", "Empty fetches / (absent answers + empty fetches).")
+	descEstimatedFP  = desc("estimated_fp_ratio", "False-positive rate estimated from the filter's fill.")
+	descConfiguredFP = desc("configured_fp_ratio", "Target false-positive rate.")
+	descItems        = desc("filter_items", "Keys added to the serving filter, duplicates included.")
+	descDistinct     = desc("filter_distinct_estimate", "Distinct keys in the serving filter, estimated from its fill.")
+	descFill         = desc("filter_fill_ratio", "Fraction of the serving filter's bits or slots in use.")
+	descBytes        = desc("filter_bytes", "Memory held by the serving filter.")
+	descCapacity     = desc("filter_capacity", "Keys the serving filter was sized for.")
+	descState        = desc("state", "1 for the gate's current state.", "state")
+	descUnhonoured   = desc("unhonoured_removes", "Removes the serving filter did not apply (unsupported, deferred, or made during its build).")
+	descJournal      = desc("journal_adds", "Recent adds a build would replay (8 bytes each).")
+)
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("bloomgate_"+name, help, labels, nil)
+}
+
+// collector exposes a gate's counters, with its filter's stats, to
+// Prometheus. The filter is read once per scrape.
+type collector struct {
+	m     *metrics
+	stats func() Stats
+}
+
+func (g *Gate) collector() collector { return collector{m: g.m, stats: g.Stats} }
+
 // Describe implements prometheus.Collector.
-func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.dLookups, m.dAbsent, m.dFailOpen, m.dFetches, m.dEmpty, m.dAdds,
-		m.dRemoves, m.dRemoveMisses, m.dObservedFP, m.dEstimatedFP, m.dConfiguredFP, m.dItems, m.dDistinct,
-		m.dFill, m.dBytes, m.dCapacity, m.dState, m.dUnhonoured} {
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descLookups, descAbsent, descFailOpen, descFetches, descEmpty, descAdds,
+		descRemoves, descRemoveMisses, descObservedFP, descEstimatedFP, descConfiguredFP, descItems, descDistinct,
+		descFill, descBytes, descCapacity, descState, descUnhonoured, descJournal} {
 		ch <- d
 	}
-	m.buildSeconds.Describe(ch)
-	m.buildsTotal.Describe(ch)
+	seconds, total := c.m.vecs()
+	seconds.Describe(ch)
+	total.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
-func (m *metrics) Collect(ch chan<- prometheus.Metric) {
-	s := m.g.Stats()
-	c := func(d *prometheus.Desc, v uint64, l ...string) {
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	m, s := c.m, c.stats()
+	counter := func(d *prometheus.Desc, v uint64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
 	}
-	gv := func(d *prometheus.Desc, v float64, l ...string) {
+	gauge := func(d *prometheus.Desc, v float64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
 	}
-	c(m.dLookups, s.Lookups)
-	c(m.dAbsent, s.Absent)
+	counter(descLookups, s.Lookups)
+	counter(descAbsent, s.Absent)
 	for st := range m.failOpen {
 		if State(st) != StateReady && State(st) != StateRebuilding {
-			c(m.dFailOpen, m.failOpen[st].Load(), State(st).String())
+			counter(descFailOpen, m.failOpen[st].Load(), State(st).String())
 		}
 	}
-	c(m.dFailOpen, m.failOpenLong.Load(), "key_too_long")
-	c(m.dFetches, s.Fetches)
-	c(m.dEmpty, s.EmptyFetches)
-	c(m.dAdds, m.adds.Load())
-	c(m.dRemoves, m.removes.Load())
-	c(m.dRemoveMisses, m.removeMisses.Load())
-	gv(m.dObservedFP, s.ObservedFPRate)
-	gv(m.dEstimatedFP, s.Filter.EstimatedFPRate)
-	gv(m.dConfiguredFP, s.ConfiguredFPRate)
-	gv(m.dItems, float64(s.Filter.Items))
-	gv(m.dDistinct, s.Filter.EstimatedDistinct)
-	gv(m.dFill, s.Filter.FillRatio)
-	gv(m.dBytes, float64(s.Filter.Bytes))
-	gv(m.dCapacity, float64(s.Filter.Capacity))
-	gv(m.dUnhonoured, float64(s.UnhonouredRemoves))
+	counter(descFailOpen, m.failOpenLong.Load(), "key_too_long")
+	counter(descFetches, s.Fetches)
+	counter(descEmpty, s.EmptyFetches)
+	counter(descAdds, m.adds.Load())
+	counter(descRemoves, m.removes.Load())
+	counter(descRemoveMisses, m.removeMisses.Load())
+	gauge(descObservedFP, s.ObservedFPRate)
+	gauge(descEstimatedFP, s.Filter.EstimatedFPRate)
+	gauge(descConfiguredFP, s.ConfiguredFPRate)
+	gauge(descItems, float64(s.Filter.Items))
+	gauge(descDistinct, s.Filter.EstimatedDistinct)
+	gauge(descFill, s.Filter.FillRatio)
+	gauge(descBytes, float64(s.Filter.Bytes))
+	gauge(descCapacity, float64(s.Filter.Capacity))
+	gauge(descUnhonoured, float64(s.UnhonouredRemoves))
+	gauge(descJournal, float64(s.JournalAdds))
 	for st := StateWarming; st <= StateDegraded; st++ {
 		v := 0.0
 		if st == s.State {
 			v = 1
 		}
-		gv(m.dState, v, st.String())
+		gauge(descState, v, st.String())
 	}
-	m.buildSeconds.Collect(ch)
-	m.buildsTotal.Collect(ch)
+	seconds, total := m.vecs()
+	seconds.Collect(ch)
+	total.Collect(ch)
 }

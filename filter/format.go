@@ -165,7 +165,6 @@ type frameReader struct {
 	paramsLen uint32
 	maxBytes  uint64
 	scratch   [8]byte
-	buf       []byte
 }
 
 // openFrame reads and checks the fixed header. want = 0 accepts any kind.

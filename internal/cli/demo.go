@@ -25,7 +25,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print the results as one JSON object")
 	quiet := fs.Bool("quiet", false, "no progress output")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bloomgate demo [flags]\n\nRuns the articles' workload against a users table, without and then with the gate.")
+		fmt.Fprintln(stderr, "usage: bloomgate demo [flags]\n\nRuns a lookup workload (most e-mails asked for do not exist) against a users table, without and then with the gate.")
 		fs.PrintDefaults()
 	}
 	if code := parseFlags(fs, args, stderr); code >= 0 {

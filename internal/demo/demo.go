@@ -1,4 +1,4 @@
-// Package demo runs the articles' experiment: a users table, a workload where
+// Package demo runs a lookup experiment: a users table, a workload where
 // most lookups ask for e-mails that do not exist, measured first straight
 // against the database and then through a bloomgate Gate.
 package demo

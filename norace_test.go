@@ -1,0 +1,5 @@
+//go:build !race
+
+package bloomgate_test
+
+const raceEnabled = false
