@@ -26,7 +26,7 @@ type feedFixture struct {
 	cfg   postgres.FeedConfig
 }
 
-func newFeedFixture(t *testing.T, identity string) *feedFixture {
+func newFeedFixture(t testing.TB, identity string) *feedFixture {
 	t.Helper()
 	pool, schema := testDB(t)
 	ctx := context.Background()
@@ -81,7 +81,7 @@ func newFeedFixture(t *testing.T, identity string) *feedFixture {
 	return fx
 }
 
-func (fx *feedFixture) feed(t *testing.T) *postgres.Feed {
+func (fx *feedFixture) feed(t testing.TB) *postgres.Feed {
 	t.Helper()
 	f, err := postgres.NewFeed(fx.cfg)
 	if err != nil {
@@ -91,7 +91,7 @@ func (fx *feedFixture) feed(t *testing.T) *postgres.Feed {
 	return f
 }
 
-func (fx *feedFixture) exec(t *testing.T, q string, args ...any) {
+func (fx *feedFixture) exec(t testing.TB, q string, args ...any) {
 	t.Helper()
 	if _, err := fx.pool.Exec(context.Background(), q, args...); err != nil {
 		t.Fatalf("%s: %v", q, err)
@@ -120,7 +120,7 @@ func (fx *feedFixture) tableKeys(t *testing.T) map[string]int {
 	return m
 }
 
-func (fx *feedFixture) walEnd(t *testing.T) postgres.Position {
+func (fx *feedFixture) walEnd(t testing.TB) postgres.Position {
 	t.Helper()
 	var s string
 	if err := fx.pool.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
