@@ -743,3 +743,57 @@ func TestFeedSlotStatusAndHealth(t *testing.T) {
 		t.Fatalf("%d keys streamed, want 2000", len(c.keys))
 	}
 }
+
+// TestFeedSlotInvalidated: a slot past max_slot_wal_keep_size is
+// invalidated at a checkpoint (wal_status = 'lost'); the running Stream ends
+// with ErrSlotLost. The setting is server-wide, so the test skips when
+// slots of other users exist: it would invalidate theirs too.
+func TestFeedSlotInvalidated(t *testing.T) {
+	fx := newFeedFixture(t, "")
+	ctx := context.Background()
+	var others int
+	if err := fx.pool.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name NOT LIKE $1 || '%'", fx.name).Scan(&others); err != nil {
+		t.Fatal(err)
+	}
+	if others > 0 {
+		t.Skipf("%d other replication slots on the server; a tiny max_slot_wal_keep_size could invalidate them", others)
+	}
+	f := fx.feed(t)
+	c := newConsumer()
+	p, err := f.Bootstrap(ctx, c.add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := c.stream(f, p) // never confirms: the slot falls behind
+	defer stop()
+	fx.exec(t, "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
+	t.Cleanup(func() {
+		fx.pool.Exec(context.Background(), "ALTER SYSTEM RESET max_slot_wal_keep_size")
+		fx.pool.Exec(context.Background(), "SELECT pg_reload_conf()")
+	})
+	fx.exec(t, "SELECT pg_reload_conf()")
+	for {
+		st, err := f.SlotStatus(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.WALStatus == "lost" {
+			break
+		}
+		fx.exec(t, "INSERT INTO "+fx.table+" (email) SELECT 'fill-' || g || '-' || random() FROM generate_series(1, 20000) g")
+		fx.exec(t, "SELECT pg_switch_wal()")
+		fx.exec(t, "CHECKPOINT")
+	}
+	c.mu.Lock()
+	for !c.done {
+		c.cond.Wait()
+	}
+	err = c.err
+	c.mu.Unlock()
+	if !errors.Is(err, postgres.ErrSlotLost) {
+		t.Fatalf("Stream on an invalidated slot: %v, want ErrSlotLost", err)
+	}
+	if st, _ := f.SlotStatus(ctx); st.RetainedBytes != 0 {
+		t.Fatalf("a lost slot retains %d bytes", st.RetainedBytes)
+	}
+}
