@@ -69,10 +69,11 @@ type Change struct {
 // Txn is one committed transaction of the table, or a progress marker.
 //
 // Changes are in the order the transaction made them. A Txn with no Changes
-// is either a transaction that touched the table without changing a key, or
-// progress: the server reported that everything before End has been sent,
-// while the table had nothing to deliver. Either way the consumer records End
-// as its position.
+// is either a transaction that touched the publication's tables without
+// changing a key of this table, or a progress marker (Commit == End): the
+// server reported that everything before End has been sent, while there was
+// nothing to deliver. Either way the consumer records End as its position.
+// A transaction's changes are held in memory until its commit arrives.
 type Txn struct {
 	// Commit is the start of the transaction's commit record (its
 	// CommitLSN). Compare it with a Rebuild point: a transaction belongs to a

@@ -76,8 +76,8 @@ type FeedConfig struct {
 	// letters, digits, underscores, at most 63). Default: DefaultName(Table,
 	// Column).
 	Slot string
-	// Publication is the publication to read, created by a DBA (see Setup).
-	// Default: the slot name.
+	// Publication is the publication to read, created by a DBA (see Setup);
+	// same character rules as Slot. Default: the slot name.
 	Publication string
 	// StatusInterval is how often the feed sends a standby status update
 	// (asking the server for a reply, which refreshes Health().CaughtUp).
@@ -167,9 +167,10 @@ func (c FeedConfig) withDefaults() (FeedConfig, error) {
 //     never made durable — they come back with the same End and Changes.
 //  4. Errors matching ErrRebuild mean: go back to 1.
 //
-// Stream, Bootstrap and Rebuild may run concurrently with each other
-// (Rebuild is designed to run while Stream continues); Stream itself runs
-// once at a time. Confirm, Health and SlotStatus are safe for concurrent use.
+// Rebuild is designed to run while Stream continues; Stream itself runs once
+// at a time per Feed (ErrStreaming), and a slot admits one reader across
+// processes. Confirm, Health, SlotStatus and RetainedWAL are safe for
+// concurrent use with everything.
 type Feed struct {
 	cfg   FeedConfig
 	table string // sanitized identifier
@@ -269,7 +270,8 @@ type SlotStatus struct {
 	SafeWALSize int64
 }
 
-// SlotStatus reads the slot's row in pg_replication_slots.
+// SlotStatus reads the slot's row in pg_replication_slots. Exists is false
+// (and the error nil) when there is no such slot.
 func (f *Feed) SlotStatus(ctx context.Context) (SlotStatus, error) {
 	if f.closed.Load() {
 		return SlotStatus{}, ErrClosed
@@ -359,8 +361,9 @@ func (f *Feed) checkPublication(ctx context.Context) error {
 // An existing slot of the same name is dropped first (its position is of
 // no use to a consumer that bootstraps); Bootstrap fails if a walsender is
 // using it. Slot creation waits for transactions already running on the
-// server to finish. On error the new slot is dropped again. Bootstrap resets
-// the positions Confirm has recorded.
+// server to finish. It returns ErrNoPublication when the publication is
+// missing or does not cover the table. On error the new slot is dropped
+// again. Bootstrap resets the positions Confirm has recorded.
 func (f *Feed) Bootstrap(ctx context.Context, fn func(key []byte) error) (Position, error) {
 	if err := f.checkPublication(ctx); err != nil {
 		return 0, err
@@ -470,13 +473,15 @@ func (f *Feed) Rebuild(ctx context.Context, fn func(key []byte) error) (Position
 }
 
 // Confirm records that the consumer's state up to and including p is
-// durable (it may be called from inside apply, for the Txn being applied); the feed then reports p as its write, flush and apply position
-// to the server, which may recycle the WAL before it. p must be a position
-// delivered by the current or latest Stream (Txn.End), or the position
-// Stream started from; otherwise ErrNotDelivered. Confirming a position at
-// or below an earlier one is a no-op. Confirm does not wait for the server:
-// it wakes the running Stream, which sends the update; without a running
-// Stream the next Stream sends it when it starts.
+// durable; it may be called from inside apply, for the Txn being applied.
+// The feed then reports p to the server as its flush and apply position
+// (write: the last delivered one), and the server may recycle the WAL
+// before it. p must not be beyond the last delivered position
+// (Health().Delivered: the latest Txn.End handed to apply, else the position
+// Stream started from or Bootstrap returned); otherwise ErrNotDelivered.
+// Confirming a position at or below an earlier one is a no-op. Confirm does
+// not wait for the server: it wakes the running Stream, which sends the
+// update; without a running Stream the next Stream sends it when it starts.
 //
 // Never confirm a position whose state a restarting consumer could not
 // restore: the server never goes back, so the changes in between would be
@@ -503,7 +508,7 @@ func (f *Feed) Confirm(ctx context.Context, p Position) error {
 type Health struct {
 	Streaming bool     // Stream is running
 	Connected bool     // and holds an accepted replication connection
-	Delivered Position // End of the last Txn handed to apply
+	Delivered Position // End of the last Txn handed to apply, else the start position
 	Confirmed Position // highest Confirm
 	// CaughtUp is the local time at which a server keepalive last arrived
 	// between transactions: everything the server had decoded by then had
@@ -551,8 +556,7 @@ func (f *Feed) Health() Health {
 }
 
 // Stream delivers the table's committed transactions after position from
-// (a Bootstrap or Rebuild point, or a Txn.End the consumer made durable) to
-// apply, one at a time, in WAL order, with strictly increasing End. It
+// (the Bootstrap point, or a Txn.End the consumer made durable) to apply, one at a time, in WAL order, with strictly increasing End. It
 // first checks the slot: missing or lost gives ErrSlotLost, a
 // confirmed_flush_lsn beyond from gives ErrStalePosition.
 //
