@@ -5,9 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/bloomgate/bloomgate/changefeed"
 )
 
 // ErrProtocol reports a replication message the feed cannot make sense of:
@@ -21,73 +22,37 @@ var ErrProtocol = errors.New("postgres: unexpected logical replication message")
 // or renamed). The consumer must rebuild once the configuration is fixed.
 var ErrKeyColumn = errors.New("postgres: key column missing from the replicated table")
 
-// ChangeKind says what a Change does to the set of keys.
-type ChangeKind uint8
-
-const (
-	// Insert: a row with Key appeared (an INSERT, or the new side of an
-	// UPDATE that changed the key or whose old key is unknown).
-	Insert ChangeKind = iota + 1
-	// Delete: a row with Key disappeared (a DELETE, or the old side of an
-	// UPDATE that changed the key). Only reported when the server sent the old
-	// key: REPLICA IDENTITY USING INDEX on a unique index of the key column,
-	// REPLICA IDENTITY FULL, or the key being the primary key.
-	Delete
-	// UnknownDelete: a row may have lost a key, but the server did not send
-	// which (the key column is not part of the replica identity). Key is nil.
-	// A filter cannot remove it; count it toward the rebuild trigger. An
-	// UPDATE under the default replica identity reports one even when it did
-	// not touch the key, since the feed cannot tell.
-	UnknownDelete
-	// Truncate: the table was truncated, every key is gone. Key is nil.
-	Truncate
+// The feed's vocabulary is package changefeed's, so that consumers can
+// define the interface they need without importing this package.
+type (
+	// Position is a WAL position (an LSN).
+	Position = changefeed.Position
+	// Txn is one committed transaction of the table, or a progress marker.
+	// Its Commit is the transaction's CommitLSN, its End the
+	// TransactionEndLSN, which Confirm acknowledges.
+	Txn = changefeed.Txn
+	// Change is one effect of a Txn. Keys are the column's text form, the
+	// same bytes Source.Scan and Bootstrap deliver for that value.
+	Change = changefeed.Change
+	// ChangeKind says what a Change does to the set of keys.
+	ChangeKind = changefeed.Kind
 )
 
-func (k ChangeKind) String() string {
-	switch k {
-	case Insert:
-		return "insert"
-	case Delete:
-		return "delete"
-	case UnknownDelete:
-		return "unknown-delete"
-	case Truncate:
-		return "truncate"
-	}
-	return fmt.Sprintf("ChangeKind(%d)", uint8(k))
-}
-
-// Change is one effect of a committed transaction on the set of keys. NULL
-// keys are never reported, as Source.Scan skips them too. Key is the column's
-// text form, the same bytes Scan delivers for that value; it is owned by the
-// consumer (not reused).
-type Change struct {
-	Kind ChangeKind
-	Key  []byte
-}
-
-// Txn is one committed transaction of the table, or a progress marker.
-//
-// Changes are in the order the transaction made them. A Txn with no Changes
-// is either a transaction that touched the publication's tables without
-// changing a key of this table, or a progress marker (Commit == End): the
-// server reported that everything before End has been sent, while there was
-// nothing to deliver. Either way the consumer records End as its position.
-// A transaction's changes are held in memory until its commit arrives.
-type Txn struct {
-	// Commit is the start of the transaction's commit record (its
-	// CommitLSN). Compare it with a Rebuild point: a transaction belongs to a
-	// rebuilt generation's COPY exactly when Commit < point. For a progress
-	// marker Commit equals End.
-	Commit Position
-	// End is the end of the commit record: the delivery position. Positions
-	// strictly increase along a stream; acknowledge End with Feed.Confirm
-	// once the transaction's effect is durable, and resume with Stream(End).
-	End Position
-	// Time is the commit time from the server's clock (zero for progress).
-	Time    time.Time
-	Changes []Change
-}
+// The kinds of Change.
+const (
+	// Insert: a row with the key appeared.
+	Insert = changefeed.Insert
+	// Delete: a row with the key disappeared, old key known (the replica
+	// identity covers the key column: REPLICA IDENTITY USING INDEX on its
+	// unique index, or FULL, or the key is the primary key).
+	Delete = changefeed.Delete
+	// UnknownDelete: a DELETE or UPDATE whose old key the server did not
+	// send. Under the default replica identity every UPDATE reports one,
+	// even one that did not touch the key: the feed cannot tell.
+	UnknownDelete = changefeed.UnknownDelete
+	// Truncate: TRUNCATE of the table.
+	Truncate = changefeed.Truncate
+)
 
 // relation is what the decoder knows about one relation of the stream.
 type relation struct {

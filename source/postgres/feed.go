@@ -17,23 +17,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bloomgate/bloomgate/changefeed"
 )
-
-// Position is a WAL position (an LSN). Positions from one Feed compare in
-// WAL order; 0 is no position.
-type Position uint64
-
-// String formats p as PostgreSQL does ("16/B374D848").
-func (p Position) String() string { return pglogrepl.LSN(p).String() }
-
-// ParsePosition parses PostgreSQL's text form of an LSN.
-func ParsePosition(s string) (Position, error) {
-	l, err := pglogrepl.ParseLSN(s)
-	if err != nil {
-		return 0, fmt.Errorf("postgres: bad position %q: %w", s, err)
-	}
-	return Position(l), nil
-}
 
 var (
 	// ErrRebuild is wrapped by every error that means the consumer's position
@@ -91,6 +77,14 @@ type FeedConfig struct {
 	MaxBackoff time.Duration
 	// Logger receives reconnections and their reasons. Default: discard.
 	Logger *slog.Logger
+}
+
+func parseLSN(s string) (Position, error) {
+	p, err := changefeed.ParsePosition(s)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: %w", err)
+	}
+	return p, nil
 }
 
 // DefaultName is the default slot and publication name for a table and
@@ -301,7 +295,7 @@ func (f *Feed) SlotStatus(ctx context.Context) (SlotStatus, error) {
 		dst *Position
 	}{{confirmed, &s.ConfirmedFlush}, {rlsn, &s.RestartLSN}} {
 		if p.s != nil {
-			if *p.dst, err = ParsePosition(*p.s); err != nil {
+			if *p.dst, err = parseLSN(*p.s); err != nil {
 				return SlotStatus{}, err
 			}
 		}
@@ -381,7 +375,7 @@ func (f *Feed) Bootstrap(ctx context.Context, fn func(key []byte) error) (Positi
 	if err != nil {
 		return 0, fmt.Errorf("postgres: create slot %s: %w", f.cfg.Slot, err)
 	}
-	point, err := ParsePosition(res.ConsistentPoint)
+	point, err := parseLSN(res.ConsistentPoint)
 	if err == nil {
 		// The exporting connection stays idle until the COPY is done: any
 		// command on it would end the exported snapshot.
@@ -459,7 +453,7 @@ func (f *Feed) Rebuild(ctx context.Context, fn func(key []byte) error) (Position
 	if err != nil {
 		return 0, fmt.Errorf("postgres: rebuild: create temporary slot: %w", err)
 	}
-	point, err := ParsePosition(res.ConsistentPoint)
+	point, err := parseLSN(res.ConsistentPoint)
 	if err != nil {
 		return 0, err
 	}

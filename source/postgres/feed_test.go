@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
@@ -126,7 +127,7 @@ func (fx *feedFixture) walEnd(t testing.TB) postgres.Position {
 	if err := fx.pool.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
 		t.Fatal(err)
 	}
-	p, err := postgres.ParsePosition(s)
+	p, err := changefeed.ParsePosition(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -797,3 +798,11 @@ func TestFeedSlotInvalidated(t *testing.T) {
 		t.Fatalf("a lost slot retains %d bytes", st.RetainedBytes)
 	}
 }
+
+// What a consumer (the root package's follower) needs of a feed, in
+// changefeed's terms only: *Feed provides it.
+var _ interface {
+	Bootstrap(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error)
+	Stream(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error
+	Confirm(ctx context.Context, p changefeed.Position) error
+} = (*postgres.Feed)(nil)

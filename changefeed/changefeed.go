@@ -1,0 +1,100 @@
+// Package changefeed is the vocabulary shared by change feeds (such as
+// source/postgres.Feed) and the code that consumes them: positions,
+// committed transactions, and their effects on a set of keys. It has no
+// dependencies, so a consumer can define the interface it needs in these
+// terms without importing a database driver.
+package changefeed
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Position is a position in the source's log (for PostgreSQL, an LSN).
+// Positions of one feed compare in log order; 0 is no position.
+type Position uint64
+
+// String formats p as PostgreSQL formats an LSN: two hexadecimal halves,
+// "16/B374D848".
+func (p Position) String() string { return fmt.Sprintf("%X/%X", uint32(p>>32), uint32(p)) }
+
+// ErrBadPosition reports text that is not a Position.
+var ErrBadPosition = errors.New("changefeed: bad position")
+
+// ParsePosition parses the form String writes.
+func ParsePosition(s string) (Position, error) {
+	hi, lo, ok := strings.Cut(s, "/")
+	if !ok {
+		return 0, fmt.Errorf("%w: %q", ErrBadPosition, s)
+	}
+	h, err1 := strconv.ParseUint(hi, 16, 32)
+	l, err2 := strconv.ParseUint(lo, 16, 32)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("%w: %q", ErrBadPosition, s)
+	}
+	return Position(h<<32 | l), nil
+}
+
+// Kind says what a Change does to the set of keys.
+type Kind uint8
+
+const (
+	// Insert: a row with Key appeared (an INSERT, or the new side of an
+	// UPDATE that changed the key or whose old key is unknown).
+	Insert Kind = iota + 1
+	// Delete: a row with Key disappeared (a DELETE, or the old side of an
+	// UPDATE that changed the key). Only reported when the source knows the
+	// old key (for PostgreSQL: a replica identity covering the key column).
+	Delete
+	// UnknownDelete: a row may have lost a key, but the source did not say
+	// which. Key is nil. A filter cannot remove it; count it toward the
+	// rebuild trigger.
+	UnknownDelete
+	// Truncate: the table was emptied, every key is gone. Key is nil.
+	Truncate
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Insert:
+		return "insert"
+	case Delete:
+		return "delete"
+	case UnknownDelete:
+		return "unknown-delete"
+	case Truncate:
+		return "truncate"
+	}
+	return "Kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Change is one effect of a committed transaction on the set of keys. NULL
+// keys are never reported. Key is owned by the consumer (not reused).
+type Change struct {
+	Kind Kind
+	Key  []byte
+}
+
+// Txn is one committed transaction, or a progress marker.
+//
+// Changes are in the order the transaction made them. A Txn with no Changes
+// is either a transaction that changed no key of the followed table, or a
+// progress marker (Commit == End): the source reported that everything
+// before End has been delivered. Either way the consumer records End as its
+// position.
+type Txn struct {
+	// Commit is where the transaction's commit record starts. A rebuild
+	// point P splits the stream: the rebuild's copy holds exactly the
+	// transactions with Commit < P. For a progress marker Commit equals End.
+	Commit Position
+	// End is where the commit record ends: the delivery position. Positions
+	// strictly increase along a stream; a consumer acknowledges End once the
+	// transaction's effect is durable, and resumes after End.
+	End Position
+	// Time is the commit time by the source's clock (zero for progress).
+	Time    time.Time
+	Changes []Change
+}
