@@ -21,6 +21,11 @@ type Position uint64
 // "16/B374D848".
 func (p Position) String() string { return fmt.Sprintf("%X/%X", uint32(p>>32), uint32(p)) }
 
+// ErrRebuild is wrapped by a feed's errors that mean the consumer's
+// position can no longer be continued from (the feed lost the changes after
+// it): the consumer must bootstrap again.
+var ErrRebuild = errors.New("changefeed: position unusable, bootstrap again")
+
 // ErrBadPosition reports text that is not a Position.
 var ErrBadPosition = errors.New("changefeed: bad position")
 

@@ -25,7 +25,8 @@ var (
 	// ErrRebuild is wrapped by every error that means the consumer's position
 	// can no longer be continued from: it must Bootstrap again (ErrSlotLost,
 	// ErrStalePosition).
-	ErrRebuild = errors.New("postgres: change feed position unusable, bootstrap again")
+	// It is changefeed.ErrRebuild, so consumers need not import this package.
+	ErrRebuild = changefeed.ErrRebuild
 	// ErrSlotLost: the replication slot is missing or was invalidated
 	// (pg_replication_slots.wal_status = 'lost', e.g. past
 	// max_slot_wal_keep_size). The changes it held are gone.
@@ -524,6 +525,11 @@ type Health struct {
 	// nil once connected again.
 	Err error
 }
+
+// Fresh reports whether the feed is streaming and caught up within MaxLag:
+// !Health().Degraded. It is the root package's optional Freshness
+// capability.
+func (f *Feed) Fresh() bool { return !f.Health().Degraded }
 
 // Health reports the feed's state.
 func (f *Feed) Health() Health {
