@@ -394,7 +394,7 @@ func (fl *Follower) load() error {
 		return err
 	}
 	defer file.Close()
-	r := bufio.NewReader(file)
+	r := bufio.NewReaderSize(file, 1<<20)
 	pos, err := readSnapshotHeader(r, fl.cfg.Fingerprint)
 	if err != nil {
 		return err
@@ -421,7 +421,7 @@ func (fl *Follower) load() error {
 	nv.rm, _ = f.(Remover)
 	g.view.Store(nv)
 	fl.pos = pos
-	g.cfg.Logger.Info("bloomgate: loaded snapshot", "path", fl.cfg.SnapshotPath, "pos", pos, "items", f.Stats().Items)
+	g.cfg.Logger.Info("bloomgate: loaded snapshot", "path", fl.cfg.SnapshotPath, "pos", pos) // no Stats: it reads the whole filter
 	return nil
 }
 
