@@ -30,6 +30,11 @@ type ChangeFeed interface {
 	Stream(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error
 	// Confirm tells the feed that the state at p is durable.
 	Confirm(ctx context.Context, p changefeed.Position) error
+	// Fresh reports whether a Stream is running and has delivered every
+	// transaction committed before it (re)connected, and recently enough.
+	// Until it does the gate fails open. (source/postgres.Feed: Health's
+	// Degraded is false.)
+	Fresh() bool
 }
 
 // FollowConfig configures NewFollower. The zero value of every field but
@@ -70,24 +75,14 @@ type Follower struct {
 	pos      changefeed.Position // last applied End, 0: bootstrap needed
 	lastSnap time.Time
 
-	mu       sync.Mutex // guards the fields below (apply and the freshness monitor)
+	mu       sync.Mutex // guards the fields below (Run and the freshness monitor)
 	boot     *bootstrap // the bootstrap in progress, nil outside one
 	caught   bool       // this Stream has caught up
 	degraded bool       // the Follower degraded the gate; catching up again ends it
+	gen      uint64     // bumped when a Stream starts or fails: older Fresh readings are void
 }
 
-// Freshness is an optional capability of a ChangeFeed: Fresh reports
-// whether the feed is streaming and has recently delivered everything the
-// source had (source/postgres.Feed: Health().Degraded is false). With it,
-// a Follower turns the gate ready as soon as the feed is fresh, even on an
-// idle source, and fails open while it is not (lag beyond the feed's limit,
-// a lost connection). Without it, the Follower relies on the feed's
-// progress markers to know it has caught up.
-type Freshness interface {
-	Fresh() bool
-}
-
-// freshnessEvery is how often a Follower polls a feed's Freshness.
+// freshnessEvery is how often a Follower polls the feed's Fresh.
 const freshnessEvery = 100 * time.Millisecond
 
 // bootstrap connects a build's scan (which runs the feed's Bootstrap) with
@@ -168,13 +163,11 @@ func NewFollower(cfg Config, fc FollowConfig) (*Gate, *Follower, error) {
 // changefeed.ErrRebuild. On return it writes a last snapshot. It returns
 // ctx's error.
 func (fl *Follower) Run(ctx context.Context) error {
-	if fr, ok := fl.cfg.Feed.(Freshness); ok {
-		mctx, cancel := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		wg.Go(func() { fl.monitor(mctx, fr) })
-		defer wg.Wait()
-		defer cancel()
-	}
+	mctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { fl.monitor(mctx) })
+	defer wg.Wait()
+	defer cancel()
 	backoff := time.Second
 	for {
 		err := fl.once(ctx)
@@ -187,12 +180,16 @@ func (fl *Follower) Run(ctx context.Context) error {
 			}
 			return ctx.Err()
 		}
+		if errors.Is(err, ErrClosed) {
+			return err
+		}
 		if errors.Is(err, changefeed.ErrRebuild) {
 			fl.pos = 0
 		}
 		fl.mu.Lock()
 		fl.g.Degrade(fmt.Sprintf("change feed: %v", err))
 		fl.degraded, fl.caught = true, false
+		fl.gen++
 		fl.mu.Unlock()
 		fl.g.cfg.Logger.Warn("bloomgate: change feed failed; failing open", "err", err, "retry_in", backoff)
 		t := time.NewTimer(backoff)
@@ -208,7 +205,7 @@ func (fl *Follower) Run(ctx context.Context) error {
 
 // monitor follows the feed's freshness: fresh means caught up; stale after
 // having caught up means failing open until fresh again.
-func (fl *Follower) monitor(ctx context.Context, fr Freshness) {
+func (fl *Follower) monitor(ctx context.Context) {
 	t := time.NewTicker(freshnessEvery)
 	defer t.Stop()
 	for {
@@ -217,8 +214,11 @@ func (fl *Follower) monitor(ctx context.Context, fr Freshness) {
 			return
 		case <-t.C:
 		}
-		if fr.Fresh() {
-			fl.caughtUp()
+		fl.mu.Lock()
+		gen := fl.gen
+		fl.mu.Unlock()
+		if fl.cfg.Feed.Fresh() {
+			fl.caughtUp(gen)
 			continue
 		}
 		fl.mu.Lock()
@@ -237,6 +237,7 @@ func (fl *Follower) monitor(ctx context.Context, fr Freshness) {
 func (fl *Follower) once(ctx context.Context) error {
 	fl.mu.Lock()
 	fl.caught = false
+	fl.gen++
 	fl.mu.Unlock()
 	if fl.pos != 0 {
 		return fl.cfg.Feed.Stream(ctx, fl.pos, fl.apply)
@@ -283,7 +284,11 @@ func (fl *Follower) apply(t changefeed.Txn) error {
 	for _, c := range t.Changes {
 		switch c.Kind {
 		case changefeed.Insert:
-			if err := g.Add(c.Key); err != nil && !errors.Is(err, ErrKeyTooLong) {
+			switch err := g.Add(c.Key); {
+			case err == nil, errors.Is(err, ErrKeyTooLong): // too long: always "maybe"
+			case errors.Is(err, ErrClosed):
+				return err
+			default:
 				// The filter refused the key and the gate fails open:
 				// only a new, larger filter can hold it.
 				return fmt.Errorf("%w: %w", changefeed.ErrRebuild, err)
@@ -299,11 +304,6 @@ func (fl *Follower) apply(t changefeed.Txn) error {
 		}
 	}
 	fl.pos = t.End
-	if len(t.Changes) == 0 && t.Commit == t.End {
-		// A progress marker: the feed has delivered everything the source
-		// had when it sent it.
-		fl.caughtUp()
-	}
 	fl.mu.Lock()
 	caught := fl.caught
 	fl.mu.Unlock()
@@ -314,10 +314,14 @@ func (fl *Follower) apply(t changefeed.Txn) error {
 }
 
 // caughtUp lets a bootstrap build publish its filter, or makes a gate
-// started from a snapshot, or degraded by the Follower, ready.
-func (fl *Follower) caughtUp() {
+// started from a snapshot, or degraded by the Follower, ready — unless a
+// Stream started or failed since the feed was found fresh (generation gen).
+func (fl *Follower) caughtUp(gen uint64) {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
+	if gen != fl.gen {
+		return
+	}
 	fl.caught = true
 	if b := fl.boot; b != nil {
 		b.once.Do(func() { close(b.caught) })

@@ -278,4 +278,3 @@ func TestFollowStaleSnapshot(t *testing.T) {
 }
 
 var _ bloomgate.ChangeFeed = (*postgres.Feed)(nil)
-var _ bloomgate.Freshness = (*postgres.Feed)(nil)

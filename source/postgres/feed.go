@@ -176,15 +176,17 @@ type Feed struct {
 	streaming atomic.Bool
 	closed    atomic.Bool
 
-	mu        sync.Mutex // guards the fields below
-	delivered Position   // End of the last Txn handed to apply
-	acked     Position   // highest position confirmed by the consumer
-	wake      context.CancelFunc
-	connected bool
-	started   time.Time
-	caughtUp  time.Time
-	lastErr   error
-	reconnect int64
+	mu         sync.Mutex // guards the fields below
+	delivered  Position   // End of the last Txn handed to apply
+	acked      Position   // highest position confirmed by the consumer
+	wake       context.CancelFunc
+	connected  bool
+	started    time.Time
+	target     Position  // the server's WAL end when this connection started
+	caughtUp   time.Time // per connection
+	lastCaught time.Time // per Stream, for Lag
+	lastErr    error
+	reconnect  int64
 }
 
 // NewFeed validates cfg and returns a Feed. It does no I/O.
@@ -506,13 +508,16 @@ type Health struct {
 	Delivered Position // End of the last Txn handed to apply, else the start position
 	Confirmed Position // highest Confirm
 	// CaughtUp is the local time at which a server keepalive last arrived
-	// between transactions: everything the server had decoded by then had
-	// been delivered. The server decodes behind the end of WAL under heavy
-	// write load, so it may overstate freshness then. Zero until the first
-	// one of this Stream.
+	// between transactions, reporting a position at or beyond the end of
+	// WAL when the current replication connection started: everything
+	// committed before that connection had been delivered, and everything
+	// the server had decoded since. Zero until then, after each reconnection
+	// too. (Under heavy write load the server decodes behind the end of WAL,
+	// so it may overstate freshness by that delay.)
 	CaughtUp time.Time
-	// Lag is the time since CaughtUp, or since Stream started when there
-	// was none yet (0 when not streaming).
+	// Lag is the time since the feed was last caught up in this Stream
+	// (across reconnections), or since Stream started when it never was (0
+	// when not streaming).
 	Lag time.Duration
 	// Degraded is true when not streaming, before the first catch-up, or
 	// when Lag exceeds FeedConfig.MaxLag: answers built from this feed may
@@ -545,7 +550,7 @@ func (f *Feed) Health() Health {
 		Reconnects: f.reconnect,
 	}
 	if h.Streaming {
-		since := f.caughtUp
+		since := f.lastCaught
 		if since.IsZero() {
 			since = f.started
 		}
@@ -581,7 +586,7 @@ func (f *Feed) Stream(ctx context.Context, from Position, apply func(Txn) error)
 	if f.acked > from {
 		f.acked = 0
 	}
-	f.delivered, f.started, f.caughtUp, f.lastErr, f.reconnect = from, time.Now(), time.Time{}, nil, 0
+	f.delivered, f.started, f.caughtUp, f.lastCaught, f.lastErr, f.reconnect = from, time.Now(), time.Time{}, time.Time{}, nil, 0
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
@@ -671,6 +676,17 @@ func (f *Feed) streamOnce(ctx context.Context, apply func(Txn) error) (connected
 	if err := f.checkPublication(ctx); err != nil {
 		return false, err
 	}
+	var walEnd string
+	if err := f.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&walEnd); err != nil {
+		return false, fmt.Errorf("postgres: read WAL end: %w", err)
+	}
+	target, err := parseLSN(walEnd)
+	if err != nil {
+		return false, err
+	}
+	f.mu.Lock()
+	f.target, f.caughtUp = target, time.Time{}
+	f.mu.Unlock()
 	conn, err := f.connectRepl(ctx)
 	if err != nil {
 		return false, err
@@ -788,7 +804,10 @@ func (s *session) keepalive(k pglogrepl.PrimaryKeepaliveMessage) error {
 		// Between transactions: everything the server decoded before
 		// ServerWALEnd has been delivered.
 		f.mu.Lock()
-		f.caughtUp = time.Now()
+		if Position(k.ServerWALEnd) >= f.target {
+			f.caughtUp = time.Now()
+			f.lastCaught = f.caughtUp
+		}
 		delivered := f.delivered
 		f.mu.Unlock()
 		if p := Position(k.ServerWALEnd); p > delivered {
