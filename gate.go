@@ -85,7 +85,8 @@ type Config struct {
 	// 15.6 × (1 + Headroom) bits per key. Ignored when Capacity is set.
 	// Default: 0.25.
 	Headroom float64
-	// FPRate is the target false-positive rate. Default: 0.001.
+	// FPRate is the target false-positive rate. Default: filter.DefaultFPRate
+	// (0.1 %), the default of every filter constructor.
 	FPRate float64
 	// NewFilter builds an empty filter for capacity keys at fpRate whose
 	// hash uses seed. Default: NewBloom. NewCuckoo and NewCounting build
@@ -131,7 +132,7 @@ type Config struct {
 
 // Defaults of Config's fields.
 const (
-	DefaultFPRate             = 0.001
+	DefaultFPRate             = filter.DefaultFPRate
 	DefaultHeadroom           = 0.25
 	DefaultMaxKeyLen          = 4096
 	DefaultCheckInterval      = 15 * time.Second

@@ -15,7 +15,7 @@ type BloomConfig struct {
 	// above FPRate (see Sizing.FPRateAt) but never causes false negatives.
 	Capacity uint64
 	// FPRate is the target false-positive rate at Capacity.
-	// Default (zero): 0.01.
+	// Default: DefaultFPRate (0.1 %).
 	FPRate float64
 	// Seed seeds the key hash. Filters must share a seed to be unioned.
 	// Default: 0.
@@ -44,7 +44,7 @@ var _ Filter = (*Bloom)(nil)
 // NewBloom returns an empty filter sized for cfg.
 func NewBloom(cfg BloomConfig) (*Bloom, error) {
 	if cfg.FPRate == 0 {
-		cfg.FPRate = 0.01
+		cfg.FPRate = DefaultFPRate
 	}
 	s, err := SizeBloom(cfg.Capacity, cfg.FPRate)
 	if err != nil {
@@ -76,10 +76,19 @@ func (f *Bloom) Seed() uint64 { return f.seed }
 // MayContainHash.
 func (f *Bloom) Hash(key []byte) uint64 { return Hash(key, f.seed) }
 
-// Add inserts key. It always returns nil.
+// Items returns the successful Adds, duplicates counted (Union adds g's).
+// It reads a counter, not the table.
+func (f *Bloom) Items() uint64 { return f.items.Load() }
+
+// Bytes returns the memory held by the table.
+func (f *Bloom) Bytes() uint64 { return uint64(len(f.words)) * 8 }
+
+// Add inserts key. It always returns nil: a Bloom takes any number of keys
+// (past Capacity the false-positive rate rises above FPRate), and from then
+// on MayContain(key) is true for the filter's whole life.
 func (f *Bloom) Add(key []byte) error { f.addHash(Hash(key, f.seed)); return nil }
 
-// AddString inserts key. It always returns nil.
+// AddString is Add for a string key. It always returns nil.
 func (f *Bloom) AddString(key string) error { f.addHash(HashString(key, f.seed)); return nil }
 
 // MayContain reports whether key may be in the filter.
@@ -103,7 +112,7 @@ func (f *Bloom) block(h uint64) *[blockWords]uint64 {
 // positions are independent of the block choice.
 const probeMul = 0x9E3779B97F4A7C15
 
-// AddHash inserts a key by its hash (see Hash). It always returns nil.
+// AddHash is Add for a key's hash (see Hash). It always returns nil.
 func (f *Bloom) AddHash(h uint64) error { f.addHash(h); return nil }
 
 func (f *Bloom) addHash(h uint64) {

@@ -15,7 +15,7 @@ type CountingConfig struct {
 	// FPRate but never cause false negatives.
 	Capacity uint64
 	// FPRate is the target false-positive rate at Capacity.
-	// Default (zero): 0.01.
+	// Default: DefaultFPRate (0.1 %).
 	FPRate float64
 	// Seed seeds the key hash. Default: 0.
 	Seed uint64
@@ -68,15 +68,12 @@ type Counting struct {
 	removeMisses atomic.Uint64
 }
 
-var (
-	_ Filter  = (*Counting)(nil)
-	_ Remover = (*Counting)(nil)
-)
+var _ Filter = (*Counting)(nil)
 
 // NewCounting returns an empty counting filter sized for cfg.
 func NewCounting(cfg CountingConfig) (*Counting, error) {
 	if cfg.FPRate == 0 {
-		cfg.FPRate = 0.01
+		cfg.FPRate = DefaultFPRate
 	}
 	blocks, k, err := sizeBlocked(cfg.Capacity, cfg.FPRate, countingSlots)
 	if err != nil {
@@ -109,10 +106,12 @@ func (f *Counting) Seed() uint64 { return f.seed }
 // RemoveHash and MayContainHash.
 func (f *Counting) Hash(key []byte) uint64 { return Hash(key, f.seed) }
 
-// Add inserts key. It always returns nil.
+// Add inserts key. It always returns nil: a Counting takes any number of
+// keys (past Capacity the false-positive rate rises above FPRate), and from
+// then on MayContain(key) is true until a Remove of the key.
 func (f *Counting) Add(key []byte) error { f.addHash(Hash(key, f.seed)); return nil }
 
-// AddString inserts key. It always returns nil.
+// AddString is Add for a string key. It always returns nil.
 func (f *Counting) AddString(key string) error { f.addHash(HashString(key, f.seed)); return nil }
 
 // Remove deletes one earlier Add of key. It returns ErrNotFound, and removes
@@ -121,6 +120,13 @@ func (f *Counting) Remove(key []byte) error { return f.RemoveHash(Hash(key, f.se
 
 // RemoveString is Remove for a string key.
 func (f *Counting) RemoveString(key string) error { return f.RemoveHash(HashString(key, f.seed)) }
+
+// Items returns the successful Adds (duplicates counted) minus the
+// successful Removes. It reads a counter, not the table.
+func (f *Counting) Items() uint64 { return uint64(max(f.items.Load(), 0)) }
+
+// Bytes returns the memory held by the counters.
+func (f *Counting) Bytes() uint64 { return uint64(len(f.words)) * 8 }
 
 // MayContain reports whether key may be in the filter.
 func (f *Counting) MayContain(key []byte) bool { return f.MayContainHash(Hash(key, f.seed)) }
@@ -143,7 +149,7 @@ func probe(g uint64) (word, shift uint64) {
 	return pos >> 4, (pos & 15) * 4
 }
 
-// AddHash inserts a key by its hash (see Hash). It always returns nil.
+// AddHash is Add for a key's hash (see Hash). It always returns nil.
 func (f *Counting) AddHash(h uint64) error { f.addHash(h); return nil }
 
 func (f *Counting) addHash(h uint64) {

@@ -57,7 +57,6 @@ const (
 	cuckooMaxKicks     = 1 << 16
 	cuckooMaxFilters   = 64
 	cuckooDefaultKicks = 500
-	cuckooDefaultFP    = 0.001
 	cuckooAltMul       = 0x9E3779B97F4A7C15
 )
 
@@ -92,7 +91,7 @@ type CuckooConfig struct {
 	// Required; must be > 0.
 	Capacity uint64
 	// FPRate is the target false-positive rate. With MaxFilters > 1 it
-	// bounds all sub-filters together. Default (zero): 0.001.
+	// bounds all sub-filters together. Default: DefaultFPRate (0.1 %).
 	FPRate float64
 	// BucketSize is the number of fingerprints per bucket: 2, 4 or 8.
 	// Default (zero): 2 or 4, whichever needs fewer bits per key at FPRate
@@ -131,14 +130,15 @@ type CuckooConfig struct {
 //
 // Concurrency: a Cuckoo is safe for concurrent use. Add and Remove take a
 // mutex. MayContain does not lock: it reads the table atomically under a
-// sequence counter that writers bump around relocation chains, and retries
-// when one ran meanwhile; after a few retries it waits for the writer mutex
-// (at most one chain of MaxKicks moves). Under a constant stream of inserts
+// sequence counter that writers make odd while they move a fingerprint (a
+// relocation chain, or the victim's return to the table after a Remove), and
+// retries when a move ran meanwhile; after a few retries it waits for the
+// writer mutex (at most one chain of MaxKicks moves). Under a constant stream of inserts
 // into a nearly full table, readers can therefore wait on writers. Use a Bloom
 // when lookups must never wait: its Add and MayContain never block.
 type Cuckoo struct {
 	mu     sync.Mutex    // serialises Add, Remove and WriteTo
-	seq    atomic.Uint64 // odd while a relocation chain moves fingerprints
+	seq    atomic.Uint64 // odd while a writer moves fingerprints (kick chain, victim re-home)
 	tables atomic.Pointer[[]*cuckooTable]
 
 	capacity   uint64 // Capacity of the first sub-filter
@@ -153,10 +153,7 @@ type Cuckoo struct {
 	removeMisses atomic.Uint64
 }
 
-var (
-	_ Filter  = (*Cuckoo)(nil)
-	_ Remover = (*Cuckoo)(nil)
-)
+var _ Filter = (*Cuckoo)(nil)
 
 // cuckooTable is one sub-filter.
 type cuckooTable struct {
@@ -242,7 +239,7 @@ func cuckooTableRate(p float64, i, maxFilters int) float64 {
 // NewCuckoo returns an empty cuckoo filter for cfg.
 func NewCuckoo(cfg CuckooConfig) (*Cuckoo, error) {
 	if cfg.FPRate == 0 {
-		cfg.FPRate = cuckooDefaultFP
+		cfg.FPRate = DefaultFPRate
 	}
 	if cfg.MaxKicks == 0 {
 		cfg.MaxKicks = cuckooDefaultKicks
@@ -330,6 +327,30 @@ func newCuckooTable(g cuckooGeom, capacity uint64, words []uint64) *cuckooTable 
 // Seed returns the hash seed.
 func (c *Cuckoo) Seed() uint64 { return c.seed }
 
+// Hash returns the hash of key under this filter's seed, for AddHash,
+// RemoveHash, MayContainHash and CountHash.
+func (c *Cuckoo) Hash(key []byte) uint64 { return Hash(key, c.seed) }
+
+// Items returns the fingerprints held: successful Adds (duplicates counted)
+// minus successful Removes. It reads one counter per sub-filter, not the
+// tables.
+func (c *Cuckoo) Items() uint64 {
+	var n uint64
+	for _, t := range *c.tables.Load() {
+		n += t.items.Load()
+	}
+	return n
+}
+
+// Bytes returns the memory held by the sub-filters' tables.
+func (c *Cuckoo) Bytes() uint64 {
+	var n uint64
+	for _, t := range *c.tables.Load() {
+		n += uint64(len(t.words)) * 8
+	}
+	return n
+}
+
 // BucketSize returns the number of slots per bucket.
 func (c *Cuckoo) BucketSize() int { return c.b }
 
@@ -344,8 +365,10 @@ func (c *Cuckoo) FingerprintBits() []int {
 	return out
 }
 
-// Add inserts key. It returns ErrFull when the key cannot be placed (the
-// filter is unchanged and keeps every key acknowledged before).
+// Add inserts key. After it returns nil, MayContain(key) is true until a
+// Remove of the key. It returns an error wrapping ErrFull when the key cannot
+// be placed and the filter may not grow (MaxFilters): the key was not added
+// and the filter is unchanged, still holding every key acknowledged before.
 func (c *Cuckoo) Add(key []byte) error { return c.AddHash(Hash(key, c.seed)) }
 
 // AddString is Add for a string key.
@@ -387,10 +410,6 @@ func (c *Cuckoo) Count(key []byte) int { return c.CountHash(Hash(key, c.seed)) }
 
 // CountString is Count for a string key.
 func (c *Cuckoo) CountString(key string) int { return c.CountHash(HashString(key, c.seed)) }
-
-// RemoveMisses returns how many Remove calls found nothing to remove since the
-// filter was created or decoded: a sign of removes of keys never added.
-func (c *Cuckoo) RemoveMisses() uint64 { return c.removeMisses.Load() }
 
 // locate returns the key's bucket and fingerprint in t.
 func (t *cuckooTable) locate(h uint64) (i1, fp uint64) {
@@ -600,7 +619,10 @@ func (c *Cuckoo) insert(t *cuckooTable, h uint64) bool {
 	if c.rand()&1 == 0 {
 		i = i2
 	}
-	if !c.kick(t, fp, i, true) {
+	c.seq.Add(1)
+	ok := c.kick(t, fp, i, true)
+	c.seq.Add(1)
+	if !ok {
 		return false
 	}
 	t.items.Add(1)
@@ -612,10 +634,8 @@ func (c *Cuckoo) insert(t *cuckooTable, h uint64) bool {
 // MaxKicks times, until a fingerprint lands in a free slot. If none does, the
 // fingerprint left over goes to the victim slot when useVictim and the slot is
 // free; otherwise every move is undone and kick reports false, leaving the
-// table as it was. Readers are told through seq.
+// table as it was. The caller makes seq odd around it, so readers retry.
 func (c *Cuckoo) kick(t *cuckooTable, fp, i uint64, useVictim bool) bool {
-	c.seq.Add(1)
-	defer c.seq.Add(1)
 	for n := range c.maxKicks {
 		j := i*t.b + (c.rand()>>32)*t.b>>32
 		old := t.slot(j)
@@ -687,13 +707,18 @@ func (c *Cuckoo) RemoveHash(h uint64) error {
 
 // rehome moves t's victim, if any, into the table when there is room. The
 // fingerprint is in the table before the victim slot is cleared, so it is
-// never missing. Writers only.
+// never missing from the table as a whole; but a lookup reads the buckets
+// before the victim slot, and could read the buckets before the put and the
+// victim slot after the clear. So the move, like a kick chain, runs with seq
+// odd: a lookup that overlaps it sees seq change and retries. Writers only.
 func (c *Cuckoo) rehome(t *cuckooTable) {
 	v := t.victim.Load()
 	if v == 0 {
 		return
 	}
 	fp, i := v>>32, v&0xffffffff
+	c.seq.Add(1)
+	defer c.seq.Add(1)
 	if t.put(i, fp) || t.put(t.alt(i, fp), fp) || c.kick(t, fp, i, false) {
 		t.victim.Store(0)
 	}
@@ -703,9 +728,12 @@ func (c *Cuckoo) rehome(t *cuckooTable) {
 // held (adds minus removes, duplicates included), which is also
 // EstimatedDistinct: a cuckoo filter cannot tell duplicates apart. K is 2,
 // the buckets a lookup reads. EstimatedFPRate is 1 − Π(1 − 1/(2^f−1))^(2bα)
-// over the sub-filters at their current load α.
+// over the sub-filters at their current load α. RemoveMisses counts the
+// Removes that returned ErrNotFound since the filter was created or decoded
+// (the encoding does not keep it). Unlike the Bloom families' Stats it reads
+// only counters, one set per sub-filter, not the tables.
 func (c *Cuckoo) Stats() Stats {
-	s := Stats{Kind: KindCuckoo, TargetFPRate: c.fpRate, K: 2}
+	s := Stats{Kind: KindCuckoo, TargetFPRate: c.fpRate, K: 2, RemoveMisses: c.removeMisses.Load()}
 	var slots, used uint64
 	var logMiss float64
 	for _, t := range *c.tables.Load() {

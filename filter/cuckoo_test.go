@@ -291,8 +291,8 @@ func TestCuckooCountRemove(t *testing.T) {
 	if err := c.RemoveString("never@example.com"); !errors.Is(err, filter.ErrNotFound) {
 		t.Errorf("Remove of an absent key: %v, want ErrNotFound", err)
 	}
-	if got := c.RemoveMisses(); got != 2 {
-		t.Errorf("RemoveMisses = %d, want 2", got)
+	if got := c.Stats().RemoveMisses; got != 2 {
+		t.Errorf("Stats().RemoveMisses = %d, want 2", got)
 	}
 	if s := c.Stats(); s.Items != 0 || s.FillRatio != 0 || s.EstimatedFPRate != 0 {
 		t.Errorf("empty after removes: %+v", s)
@@ -541,6 +541,14 @@ func TestCuckooAllocs(t *testing.T) {
 		"Count":            func() { c.Count(keys[i%len(keys)]); i++ },
 		"Remove":           func() { c.Remove(keys[i%len(keys)]); i++ },
 		"Remove miss":      func() { c.RemoveString("never@example.com") },
+		"AddHash+RemoveHash": func() {
+			h := c.Hash(keys[i%len(keys)])
+			c.AddHash(h)
+			c.RemoveHash(h)
+			i++
+		},
+		"MayContainHash": func() { c.MayContainHash(c.Hash(keys[i%len(keys)])); i++ },
+		"Items+Bytes":    func() { _ = c.Items() + c.Bytes() },
 	} {
 		if n := testing.AllocsPerRun(1000, fn); n != 0 {
 			t.Errorf("%s allocates %.1f times per call", name, n)

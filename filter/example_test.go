@@ -39,3 +39,24 @@ func ExampleDecode() {
 	fmt.Println(g.MayContainString("bob@example.com"), g.Stats().Kind)
 	// Output: true bloom
 }
+
+// The consumer of a filter defines the interface it needs (here: adds that
+// last for the filter's whole life, by hash) and hashes each key once with
+// the filter's own seed. A Windowed, whose adds expire, does not satisfy it.
+func ExampleFilter() {
+	type membership interface {
+		filter.Filter
+		AddHash(h uint64) error
+	}
+	c, err := filter.NewCuckoo(filter.CuckooConfig{Capacity: 1000})
+	if err != nil {
+		panic(err)
+	}
+	var m membership = c
+	h := m.Hash([]byte("carol@example.com"))
+	if err := m.AddHash(h); err != nil {
+		panic(err)
+	}
+	fmt.Println(m.MayContainHash(h), m.MayContainString("carol@example.com"), m.Items())
+	// Output: true true 1
+}

@@ -2,8 +2,11 @@
 //
 // Every filter answers MayContain with "definitely absent" (false) or "maybe
 // present" (true). A filter never answers false for a key that was added and
-// acknowledged (Add returned nil): there are no false negatives. False
-// positives happen at a rate the filter is sized for.
+// acknowledged (Add returned nil) and not removed: there are no false
+// negatives. Bloom, Scalable, Counting and Cuckoo keep such a key for the
+// filter's whole life; a Windowed keeps it until the expiry given to its Add.
+// False positives happen at a rate the filter is sized for (DefaultFPRate
+// unless configured).
 //
 // Keys are hashed once with XXH3-64 and a seed (see Hash); the hash and seed
 // are recorded in the binary format, so a filter written by one process can be
@@ -79,34 +82,47 @@ func (k Kind) String() string {
 	return "kind(" + itoa(uint64(k)) + ")"
 }
 
-// Filter is what every filter family implements.
+// DefaultFPRate is the false-positive rate every constructor uses when its
+// Config leaves FPRate zero: 0.1 %.
+const DefaultFPRate = 0.001
+
+// Filter is the read side every family shares: lookups, hashing, sizes and
+// encoding. It has no Add: Bloom, Scalable, Counting and Cuckoo add keys
+// for the filter's whole life (Add, AddString, AddHash), a Windowed adds them
+// until an expiry; code that adds keys should define the small interface it
+// needs where it uses it.
 //
-// Implementations document whether they are safe for concurrent use.
+// Every implementation is safe for concurrent use; each documents when its
+// lookups may wait.
 type Filter interface {
-	// Add inserts key. After Add returns nil, MayContain(key) is true for
-	// the lifetime of the filter. A non-nil error (for example ErrFull)
-	// means the key was not added.
-	Add(key []byte) error
-	// AddString is Add for a string key, without converting it.
-	AddString(key string) error
+	// Hash returns the hash of key under the filter's own seed, for the
+	// family's hash-keyed methods (MayContainHash and its adds).
+	Hash(key []byte) uint64
+	// Seed returns the seed Hash uses.
+	Seed() uint64
 	// MayContain reports false if key is definitely absent, true if it may
-	// be present.
+	// be present. What "absent" means is the family's: for most, never
+	// added (or removed); for a Windowed, not added with an expiry still
+	// ahead.
 	MayContain(key []byte) bool
 	// MayContainString is MayContain for a string key.
 	MayContainString(key string) bool
+	// MayContainHash is MayContain for a key's hash (see Hash).
+	MayContainHash(h uint64) bool
 	// Stats reports the numbers an operator needs to decide on a rebuild.
+	// It may read the whole table (O(size)): call it from monitoring, not
+	// per lookup; Items and Bytes are cheap.
 	Stats() Stats
-	// WriteTo writes the filter in the versioned binary format.
+	// Items returns the successful adds (duplicates counted) minus the
+	// successful removes, without reading the table. A Windowed counts
+	// only the adds in generations it has not dropped.
+	Items() uint64
+	// Bytes returns the memory held by the filter's table(s), without
+	// reading them.
+	Bytes() uint64
+	// WriteTo writes the filter in the versioned binary format, which
+	// Decode reads.
 	WriteTo(w io.Writer) (int64, error)
-}
-
-// Remover is implemented by filters that can delete keys.
-type Remover interface {
-	// Remove deletes one earlier Add of key. Removing a key that was never
-	// added is the caller's error and may cause false negatives for other
-	// keys; implementations say how they guard against it.
-	Remove(key []byte) error
-	RemoveString(key string) error
 }
 
 // Stats describe a filter's size and fill.
@@ -134,7 +150,7 @@ type Stats struct {
 	// against the filter as it is now.
 	EstimatedFPRate float64
 	// RemoveMisses counts Remove calls that found the key absent and
-	// returned ErrNotFound (filters implementing Remover; zero otherwise).
+	// returned ErrNotFound (Counting and Cuckoo; zero for the others).
 	// A rising count means deletes are out of step with adds.
 	RemoveMisses uint64
 }

@@ -43,11 +43,17 @@ var (
 // DecodeConfig limits decoding.
 type DecodeConfig struct {
 	// MaxBytes is the largest payload accepted; larger input returns
-	// ErrTooLarge before anything is allocated. Default (zero): 64 GiB.
+	// ErrTooLarge before anything is allocated. A Windowed, whose Adds
+	// create generations as keys arrive, is refused unless the payload of
+	// all G generations it may hold fits, so its adds never allocate past
+	// the limit either. Default (zero): 64 GiB.
 	MaxBytes uint64
 }
 
-// Decode reads a filter of any kind written by a Filter's WriteTo.
+// Decode reads a filter of any kind written by a Filter's WriteTo; the
+// result's dynamic type is the kind's (*Bloom, *Scalable, *Counting, *Cuckoo
+// or *Windowed, which then uses time.Now as its clock). On error the Filter
+// is nil.
 func Decode(r io.Reader, cfg DecodeConfig) (Filter, error) {
 	fr, err := openFrame(r, cfg, 0)
 	if err != nil {
@@ -55,17 +61,26 @@ func Decode(r io.Reader, cfg DecodeConfig) (Filter, error) {
 	}
 	switch fr.kind {
 	case KindBloom:
-		return decodeBloomBody(fr)
+		return asFilter(decodeBloomBody(fr))
 	case KindScalable:
-		return decodeScalableBody(fr)
+		return asFilter(decodeScalableBody(fr))
 	case KindCounting:
-		return decodeCountingBody(fr)
+		return asFilter(decodeCountingBody(fr))
 	case KindCuckoo:
-		return decodeCuckooBody(fr)
+		return asFilter(decodeCuckooBody(fr))
 	case KindWindowed:
-		return decodeWindowedBody(fr, nil)
+		return asFilter(decodeWindowedBody(fr, nil))
 	}
 	return nil, fmt.Errorf("%w: unknown filter kind %d", ErrUnsupported, fr.kind)
+}
+
+// asFilter returns f as a Filter, or a nil Filter (not one holding a nil
+// pointer) when err is set.
+func asFilter[F Filter](f F, err error) (Filter, error) {
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // frameWriter writes a frame, computing the checksum on the way. The first

@@ -18,7 +18,7 @@ type ScalableConfig struct {
 	// every sub-filter, so set it near the expected size when that is known.
 	InitialCapacity uint64
 	// FPRate bounds the false-positive rate of the whole filter, however far
-	// it grows. Default (zero): 0.01.
+	// it grows. Default: DefaultFPRate (0.1 %).
 	FPRate float64
 	// Expansion is how many times larger each new sub-filter is than the
 	// one before. Default (zero): 2. 4 suits sets that grow by orders of
@@ -104,7 +104,7 @@ func NewScalable(cfg ScalableConfig) (*Scalable, error) {
 		cfg.InitialCapacity = defaultScalableCapacity
 	}
 	if cfg.FPRate == 0 {
-		cfg.FPRate = 0.01
+		cfg.FPRate = DefaultFPRate
 	}
 	if cfg.Expansion == 0 {
 		cfg.Expansion = 2
@@ -150,11 +150,27 @@ func (f *Scalable) Seed() uint64 { return f.seed }
 // MayContainHash.
 func (f *Scalable) Hash(key []byte) uint64 { return Hash(key, f.seed) }
 
+// Items returns the successful Adds, duplicates counted (a duplicate uses no
+// capacity but is counted). It reads a counter, not the tables.
+func (f *Scalable) Items() uint64 { return f.items.Load() }
+
+// Bytes returns the memory held by the sub-filters' tables. It reads no
+// table.
+func (f *Scalable) Bytes() uint64 {
+	var n uint64
+	for _, s := range f.state.Load().subs {
+		n += s.Bloom.Bytes()
+	}
+	return n
+}
+
 // Filters returns the number of sub-filters.
 func (f *Scalable) Filters() int { return len(f.state.Load().subs) }
 
-// Add inserts key. It returns an error wrapping ErrFull when the filter is
-// full and may not (NoScale) or cannot grow; the key was then not added.
+// Add inserts key. After it returns nil, MayContain(key) is true for the
+// filter's whole life. It returns an error wrapping ErrFull when the filter is
+// full and may not (NoScale) or cannot grow: the key was then not added and
+// the filter is unchanged.
 func (f *Scalable) Add(key []byte) error { return f.AddHash(Hash(key, f.seed)) }
 
 // AddString is Add for a string key.

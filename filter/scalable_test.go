@@ -77,11 +77,11 @@ func TestScalableDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := f.Stats()
-	if s.Kind != filter.KindScalable || s.Capacity != 10_000 || s.TargetFPRate != 0.01 || f.Filters() != 1 {
+	if s.Kind != filter.KindScalable || s.Capacity != 10_000 || s.TargetFPRate != filter.DefaultFPRate || f.Filters() != 1 {
 		t.Fatalf("defaults: %+v, %d filters", s, f.Filters())
 	}
 	// The first sub-filter is sized for FPRate·(1−0.5).
-	want, _ := filter.SizeBloom(10_000, 0.005)
+	want, _ := filter.SizeBloom(10_000, filter.DefaultFPRate*0.5)
 	if s.Bytes != want.Bytes() || s.K != want.K {
 		t.Fatalf("first sub-filter: %d bytes k=%d, want %d bytes k=%d", s.Bytes, s.K, want.Bytes(), want.K)
 	}

@@ -31,13 +31,12 @@ import (
 //
 //	p_gen = 1 − (1 − p)^(1/G)
 //
-// so that the compound rate stays within FPRate = p (for p = 1 % and G = 8,
-// p_gen ≈ 0.126 %).
+// so that the compound rate stays within FPRate = p (for the default
+// p = 0.1 % and G = 8, p_gen ≈ 0.0125 %).
 
 const (
 	windowedDefaultGens = 8
 	windowedMaxGens     = 256
-	windowedDefaultFP   = 0.01
 	// windowedMaxTTL bounds MaxTTL so that expiry times in Unix
 	// nanoseconds cannot overflow.
 	windowedMaxTTL = 10 * 366 * 24 * time.Hour
@@ -48,9 +47,9 @@ const (
 
 // WindowedConfig configures NewWindowed.
 type WindowedConfig struct {
-	// MaxTTL is the longest a key can be remembered: AddUntil rejects an
-	// expiry further than MaxTTL ahead, and Add remembers a key for
-	// MaxTTL. Required; at most ten years.
+	// MaxTTL is the longest a key can be remembered: Add rejects an
+	// expiry further than MaxTTL ahead (and takes a zero expiry to mean
+	// now + MaxTTL). Required; at most ten years.
 	MaxTTL time.Duration
 	// Generations is the number of live generations G, each a Bloom filter
 	// covering a window of MaxTTL/(G − 1). More generations drop expired
@@ -64,7 +63,7 @@ type WindowedConfig struct {
 	// cause false negatives. Required; must be > 0.
 	Capacity uint64
 	// FPRate is the target false-positive rate of a lookup across all live
-	// generations. Default (zero): 0.01.
+	// generations. Default: DefaultFPRate (0.1 %).
 	FPRate float64
 	// Seed seeds the key hash. Default: 0.
 	Seed uint64
@@ -74,18 +73,25 @@ type WindowedConfig struct {
 
 // Windowed remembers keys until an expiry time, for sets whose members expire,
 // such as revoked tokens, which only need to be remembered until the token
-// itself expires. A key added with AddUntil(key, e) is reported present at
-// least until e (and at most one window longer, until its generation is
-// dropped). Memory is bounded by G generations of Capacity keys each,
-// however long the filter runs. See the comment at the top of windowed.go for
-// the windows and the sizing formula.
+// itself expires. Every Add takes the key's expiry, and keys are forgotten
+// after it, so a Windowed is not a drop-in replacement for the other
+// families, which keep an added key for the filter's whole life: its Add
+// methods take an expiry and it has no AddHash(uint64) error.
+//
+// After Add(key, e) returns nil, MayContain(key) is true on every goroutine
+// at every time (read from Now) up to and including e. At any time after the
+// end of the window holding e, which is less than one Window after e, the
+// key's entry is no longer consulted (it can still be reported present as a
+// false positive, like any absent key), whether or not anything was added or
+// Expire called meanwhile. The one exception is a clock stepped back: a key added
+// then may join a generation whose window ends later (see the top of
+// windowed.go), and is forgotten at that window's end. Memory is bounded by G
+// generations of Capacity keys each, however long the filter runs.
 //
 // A Windowed is safe for concurrent use. MayContain never locks: the list of
 // generations is published through an atomic pointer, and each generation is
 // a Bloom filter with atomic bits. Add locks only when it must create or drop
-// a generation (once per window); otherwise it sets bits like Bloom.Add. Once
-// AddUntil(key, e) returns nil, MayContain(key) is true on every goroutine
-// until the clock passes e.
+// a generation (once per window); otherwise it sets bits like Bloom.Add.
 type Windowed struct {
 	mu   sync.Mutex // serialises changes to the generation list
 	gens atomic.Pointer[[]*generation]
@@ -136,7 +142,7 @@ func newWindowed(cfg WindowedConfig) (*Windowed, error) {
 		cfg.Generations = windowedDefaultGens
 	}
 	if cfg.FPRate == 0 {
-		cfg.FPRate = windowedDefaultFP
+		cfg.FPRate = DefaultFPRate
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -180,33 +186,48 @@ func (w *Windowed) Seed() uint64 { return w.seed }
 // nothing was added since; Expire drops them).
 func (w *Windowed) Live() int { return len(*w.gens.Load()) }
 
-// AddUntil inserts key, to be reported present at least until expiresAt
-// (inclusive). An expiry already in the past is accepted and ignores the key
-// (there is nothing left to remember). An expiry more than MaxTTL ahead
-// returns an error wrapping ErrInvalidParams, rather than forgetting the key
-// early. A zero expiresAt means now + MaxTTL, as Add.
-func (w *Windowed) AddUntil(key []byte, expiresAt time.Time) error {
-	return w.AddHashUntil(Hash(key, w.seed), expiresAt)
+// Items returns the successful Adds (duplicates counted) held in the
+// generations not yet dropped, expired or not (see Expire); adds of an
+// already expired key are not counted. It reads one counter per generation,
+// not the tables.
+func (w *Windowed) Items() uint64 {
+	var n uint64
+	for _, g := range *w.gens.Load() {
+		n += g.bloom.Items()
+	}
+	return n
 }
 
-// AddStringUntil is AddUntil for a string key.
-func (w *Windowed) AddStringUntil(key string, expiresAt time.Time) error {
-	return w.AddHashUntil(HashString(key, w.seed), expiresAt)
+// Bytes returns the memory held by the generations' tables, including
+// generations that expired but were not dropped yet (see Expire). It reads no
+// table.
+func (w *Windowed) Bytes() uint64 {
+	return uint64(len(*w.gens.Load())) * w.sizing.Bytes()
 }
 
-// Add inserts key until now + MaxTTL. Unlike the Filter contract for filters
-// that keep keys forever, the key is forgotten after MaxTTL.
-func (w *Windowed) Add(key []byte) error {
-	return w.AddHashUntil(Hash(key, w.seed), time.Time{})
+// Hash returns the hash of key under this filter's seed, for AddHash and
+// MayContainHash.
+func (w *Windowed) Hash(key []byte) uint64 { return Hash(key, w.seed) }
+
+// Add inserts key, to be reported present at least until expiresAt
+// (inclusive), and forgotten at most one window after it (see Windowed). It
+// returns nil when the key is remembered until expiresAt, and also, without
+// remembering anything, for an expiry already in the past. An expiry more
+// than MaxTTL ahead returns an error wrapping ErrInvalidParams and adds
+// nothing, rather than forgetting the key early; so does a clock (Now)
+// outside the years 1723–2217. A zero expiresAt means now + MaxTTL.
+func (w *Windowed) Add(key []byte, expiresAt time.Time) error {
+	return w.AddHash(Hash(key, w.seed), expiresAt)
 }
 
 // AddString is Add for a string key.
-func (w *Windowed) AddString(key string) error {
-	return w.AddHashUntil(HashString(key, w.seed), time.Time{})
+func (w *Windowed) AddString(key string, expiresAt time.Time) error {
+	return w.AddHash(HashString(key, w.seed), expiresAt)
 }
 
-// MayContain reports whether key may be in the filter. It checks every live
-// generation and never locks.
+// MayContain reports whether key may be in the filter: false means it was
+// not added with an expiry still ahead (at or after now). It checks every
+// generation whose window has not ended and never locks.
 func (w *Windowed) MayContain(key []byte) bool { return w.MayContainHash(Hash(key, w.seed)) }
 
 // MayContainString is MayContain for a string key.
@@ -214,19 +235,24 @@ func (w *Windowed) MayContainString(key string) bool {
 	return w.MayContainHash(HashString(key, w.seed))
 }
 
-// MayContainHash is MayContain for a key's hash (see Hash).
+// MayContainHash is MayContain for a key's hash (see Hash). Generations whose
+// window ended before now are skipped even if not dropped yet (see Expire):
+// every key in them has expired.
 func (w *Windowed) MayContainHash(h uint64) bool {
+	nowNs, err := unixNanos(w.now())
+	if err != nil {
+		nowNs = math.MinInt64 // a clock out of range: skip nothing
+	}
 	for _, g := range *w.gens.Load() {
-		if g.bloom.MayContainHash(h) {
+		if g.end >= nowNs && g.bloom.MayContainHash(h) {
 			return true
 		}
 	}
 	return false
 }
 
-// AddHashUntil is AddUntil for a key's hash (see Hash). A zero expiresAt means
-// now + MaxTTL.
-func (w *Windowed) AddHashUntil(h uint64, expiresAt time.Time) error {
+// AddHash is Add for a key's hash (see Hash).
+func (w *Windowed) AddHash(h uint64, expiresAt time.Time) error {
 	now := w.now()
 	nowNs, err := unixNanos(now)
 	if err != nil {
@@ -349,8 +375,9 @@ func (w *Windowed) Expire() (int, error) {
 // Stats sums over the generations held: Capacity, Items, Bytes, Bits and
 // EstimatedDistinct add up, FillRatio is over all their bits, and
 // EstimatedFPRate is the compound 1 − Π(1 − p_i) a lookup sees. Generations
-// that expired but were not dropped yet (see Expire) are included. Like
-// Bloom.Stats, it reads every table.
+// that expired but were not dropped yet (see Expire) are included, although
+// lookups skip them, so EstimatedFPRate can overstate what a lookup sees,
+// never understate it. Like Bloom.Stats, it reads every table: O(size).
 func (w *Windowed) Stats() Stats {
 	s := Stats{Kind: KindWindowed, TargetFPRate: w.fpRate, K: w.sizing.K}
 	var set, logMiss float64
@@ -484,6 +511,15 @@ func decodeWindowedBody(fr *frameReader, now func() time.Time) (*Windowed, error
 	}
 	if payload > fr.maxBytes {
 		return nil, fmt.Errorf("%w: payload of %d bytes exceeds the limit of %d", ErrTooLarge, payload, fr.maxBytes)
+	}
+	// Adds create generations as keys arrive, up to G of them: refuse a
+	// filter that could grow past the limit, however few it holds now.
+	frameLen := bloomFrameLen(w.sizing)
+	if n > 0 {
+		frameLen = payload / uint64(n)
+	}
+	if frameLen > fr.maxBytes/uint64(g) {
+		return nil, fmt.Errorf("%w: %d generations of %d bytes exceed the limit of %d", ErrTooLarge, g, frameLen, fr.maxBytes)
 	}
 	// Each generation is a Bloom frame of the same geometry. It is taken
 	// from the first one rather than recomputed (SizeBloom takes

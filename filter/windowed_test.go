@@ -43,7 +43,8 @@ func newWindowed(t testing.TB, cfg filter.WindowedConfig) *filter.Windowed {
 }
 
 func TestWindowedConformance(t *testing.T) {
-	clock := newFakeClock(clockStart)
+	clock := newFakeClock(clockStart) // never moves: every key stays
+	exp := clockStart.Add(time.Hour)
 	filtertest.Run(t, filtertest.Factory{
 		New: func(n uint64, p float64) (filter.Filter, error) {
 			return filter.NewWindowed(filter.WindowedConfig{MaxTTL: time.Hour, Capacity: n, FPRate: p, Seed: 42, Now: clock.Now})
@@ -51,8 +52,38 @@ func TestWindowedConformance(t *testing.T) {
 		Decode: func(r io.Reader) (filter.Filter, error) {
 			return filter.DecodeWindowed(r, filter.DecodeConfig{}, clock.Now)
 		},
-		Large: !raceEnabled,
+		Add:       func(f filter.Filter, key []byte) error { return f.(*filter.Windowed).Add(key, exp) },
+		AddString: func(f filter.Filter, key string) error { return f.(*filter.Windowed).AddString(key, exp) },
+		AddHash:   func(f filter.Filter, h uint64) error { return f.(*filter.Windowed).AddHash(h, exp) },
+		Large:     !raceEnabled,
 	})
+}
+
+// TestWindowedIsNotAForeverFilter pins that a Windowed cannot be used where
+// code expects keys to stay for the filter's whole life: it has no method
+// AddHash(uint64) error (nor Add([]byte) error), so no interface a consumer
+// defines with those methods accepts it, while the other families satisfy
+// them.
+func TestWindowedIsNotAForeverFilter(t *testing.T) {
+	type foreverByHash interface{ AddHash(h uint64) error }
+	type forever interface{ Add(key []byte) error }
+	var w any = (*filter.Windowed)(nil)
+	if _, ok := w.(foreverByHash); ok {
+		t.Error("*Windowed implements AddHash(uint64) error")
+	}
+	if _, ok := w.(forever); ok {
+		t.Error("*Windowed implements Add([]byte) error")
+	}
+	if _, ok := w.(filter.Filter); !ok {
+		t.Error("*Windowed does not implement filter.Filter")
+	}
+	for _, f := range []any{(*filter.Bloom)(nil), (*filter.Scalable)(nil), (*filter.Counting)(nil), (*filter.Cuckoo)(nil)} {
+		_, byHash := f.(foreverByHash)
+		_, byKey := f.(forever)
+		if !byHash || !byKey {
+			t.Errorf("%T: AddHash(uint64) error %v, Add([]byte) error %v; want both", f, byHash, byKey)
+		}
+	}
 }
 
 func TestNewWindowedInvalid(t *testing.T) {
@@ -85,8 +116,9 @@ func TestNewWindowedInvalid(t *testing.T) {
 	if w.Window() != time.Hour/7+1 || w.MaxTTL() != time.Hour {
 		t.Errorf("defaults: window %v, MaxTTL %v", w.Window(), w.MaxTTL())
 	}
-	// Eight generations at 1 % compound: each at 1 − 0.99^(1/8).
-	if got, want := w.GenerationSizing().FPRate, 1-math.Pow(0.99, 1.0/8); math.Abs(got-want) > 1e-12 {
+	// Eight generations at DefaultFPRate (0.1 %) compound: each at
+	// 1 − 0.999^(1/8).
+	if got, want := w.GenerationSizing().FPRate, 1-math.Pow(1-filter.DefaultFPRate, 1.0/8); math.Abs(got-want) > 1e-15 {
 		t.Errorf("generation rate %g, want %g", got, want)
 	}
 }
@@ -115,15 +147,15 @@ func TestWindowedExpiry(t *testing.T) {
 			ttl = maxTTL // the longest allowed
 		}
 		entries[i] = entry{k, start.Add(ttl)}
-		if err := w.AddUntil(k, entries[i].exp); err != nil {
-			t.Fatalf("AddUntil(+%v): %v", ttl, err)
+		if err := w.Add(k, entries[i].exp); err != nil {
+			t.Fatalf("Add(+%v): %v", ttl, err)
 		}
 	}
-	if err := w.AddStringUntil("too-late", start.Add(maxTTL+1)); !errors.Is(err, filter.ErrInvalidParams) {
+	if err := w.AddString("too-late", start.Add(maxTTL+1)); !errors.Is(err, filter.ErrInvalidParams) {
 		t.Errorf("expiry past MaxTTL: %v, want ErrInvalidParams", err)
 	}
 	items := w.Stats().Items
-	if err := w.AddStringUntil("already-expired", start.Add(-1)); err != nil {
+	if err := w.AddString("already-expired", start.Add(-1)); err != nil {
 		t.Errorf("expiry in the past: %v", err)
 	}
 	if got := w.Stats().Items; got != items {
@@ -190,7 +222,7 @@ func TestWindowedBoundedMemory(t *testing.T) {
 		keys := filtertest.Emails(capacity/steps, 200+uint64(step))
 		for _, k := range keys {
 			exp := clock.Now().Add(time.Duration(r.Int64N(int64(maxTTL))))
-			if err := w.AddUntil(k, exp); err != nil {
+			if err := w.Add(k, exp); err != nil {
 				t.Fatal(err)
 			}
 			live = append(live, entry{k, exp})
@@ -238,7 +270,7 @@ func TestWindowedFPRate(t *testing.T) {
 		}
 		keys := filtertest.Emails(capacity, 300+uint64(k))
 		for _, key := range keys {
-			if err := w.AddUntil(key, exp); err != nil {
+			if err := w.Add(key, exp); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -280,7 +312,7 @@ func TestWindowedClockBack(t *testing.T) {
 			clock.Advance(-3 * w.Window())
 		}
 		exp := clock.Now().Add(time.Duration(i%8) * maxTTL / 7)
-		if err := w.AddUntil(k, exp); err != nil {
+		if err := w.Add(k, exp); err != nil {
 			t.Fatal(err)
 		}
 		entries = append(entries, entry{k, exp})
@@ -365,8 +397,8 @@ func TestWindowedConcurrent(t *testing.T) {
 			for j, k := range keys[i] {
 				exp := clock.Now().Add(time.Duration(r.Int64N(int64(maxTTL / 2))))
 				exps[i][j] = exp.UnixNano()
-				if err := w.AddUntil(k, exp); err != nil {
-					t.Errorf("AddUntil: %v", err)
+				if err := w.Add(k, exp); err != nil {
+					t.Errorf("Add: %v", err)
 					return
 				}
 				acked[i].Store(int64(j + 1))
@@ -389,13 +421,15 @@ func TestWindowedAllocs(t *testing.T) {
 	w := newWindowed(t, filter.WindowedConfig{MaxTTL: time.Hour, Capacity: 1000, Now: clock.Now})
 	key := []byte("jti-0001")
 	exp := clockStart.Add(10 * time.Minute)
-	w.Add(key) // create the generations used below
-	w.AddUntil(key, exp)
+	w.Add(key, time.Time{}) // create the generations used below
+	w.Add(key, exp)
 	for name, fn := range map[string]func(){
-		"Add":              func() { w.Add(key) },
-		"AddString":        func() { w.AddString("jti-0002") },
-		"AddUntil":         func() { w.AddUntil(key, exp) },
-		"AddStringUntil":   func() { w.AddStringUntil("jti-0002", exp) },
+		"Add MaxTTL":       func() { w.Add(key, time.Time{}) },
+		"Add":              func() { w.Add(key, exp) },
+		"AddString":        func() { w.AddString("jti-0002", exp) },
+		"AddHash":          func() { w.AddHash(0x1234, exp) },
+		"MayContainHash":   func() { w.MayContainHash(0x1234) },
+		"Items+Bytes":      func() { _ = w.Items() + w.Bytes() },
 		"MayContain":       func() { w.MayContain(key) },
 		"MayContainString": func() { w.MayContainString("jti-0003") },
 	} {
@@ -409,9 +443,9 @@ func TestWindowedAllocs(t *testing.T) {
 // testdata/windowed.golden.
 func goldenWindowed(t testing.TB) (*filter.Windowed, *fakeClock) {
 	clock := newFakeClock(clockStart)
-	w := newWindowed(t, filter.WindowedConfig{MaxTTL: time.Hour, Generations: 4, Capacity: 20, Seed: 0x0123456789abcdef, Now: clock.Now})
+	w := newWindowed(t, filter.WindowedConfig{MaxTTL: time.Hour, Generations: 4, Capacity: 20, FPRate: 0.01, Seed: 0x0123456789abcdef, Now: clock.Now})
 	for i, k := range []string{"alice@example.com", "bob@example.com", "carol@example.com"} {
-		if err := w.AddStringUntil(k, clockStart.Add(time.Duration(i+1)*20*time.Minute)); err != nil {
+		if err := w.AddString(k, clockStart.Add(time.Duration(i+1)*20*time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -424,11 +458,28 @@ func goldenWindowed(t testing.TB) (*filter.Windowed, *fakeClock) {
 func TestWindowedGolden(t *testing.T) {
 	w, clock := goldenWindowed(t)
 	want := checkGolden(t, "windowed.golden", encode(t, w))
-	for _, f := range decodeGolden(t, want, func(r io.Reader) (filter.Filter, error) {
-		return filter.DecodeWindowed(r, filter.DecodeConfig{}, clock.Now)
-	}, []string{"alice@example.com", "bob@example.com", "carol@example.com"}) {
-		if f.Stats() != w.Stats() || filter.KindWindowed.String() != "windowed" {
-			t.Fatalf("stats %+v, want %+v", f.Stats(), w.Stats())
+	keys := []string{"alice@example.com", "bob@example.com", "carol@example.com"}
+	f, err := filter.DecodeWindowed(bytes.NewReader(want), filter.DecodeConfig{}, clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if !f.MayContainString(k) {
+			t.Fatalf("golden filter lost %q", k)
+		}
+	}
+	// The generic Decode runs the filter on time.Now, when these keys may
+	// have expired: it must read the same filter.
+	g, err := filter.Decode(bytes.NewReader(want), filter.DecodeConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []filter.Filter{f, g} {
+		if d.Stats() != w.Stats() || filter.KindWindowed.String() != "windowed" {
+			t.Fatalf("stats %+v, want %+v", d.Stats(), w.Stats())
+		}
+		if !bytes.Equal(encode(t, d), want) {
+			t.Fatal("re-encoding the golden filter changed its bytes")
 		}
 	}
 	// The decoded filter keeps expiring on its clock.
@@ -511,6 +562,101 @@ func TestDecodeWindowedErrors(t *testing.T) {
 	}
 }
 
+// TestWindowedForgetsWithoutAdds is the regression test for keys that
+// outlived "at most one window longer" when only lookups happened: nothing
+// dropped the expired generation, and lookups still consulted it. A key must
+// be present up to its expiry (inclusive) and its entry no longer consulted
+// past the end of its window, which is less than one window after the
+// expiry, with no Add or Expire in between.
+func TestWindowedForgetsWithoutAdds(t *testing.T) {
+	clock := newFakeClock(clockStart)
+	w := newWindowed(t, filter.WindowedConfig{MaxTTL: time.Hour, Generations: 4, Capacity: 1000, FPRate: 0.001, Now: clock.Now})
+	keys := filtertest.Emails(200, 95)
+	exp := clockStart.Add(7 * time.Minute) // inside the first window of 20 minutes
+	for _, k := range keys {
+		if err := w.Add(k, exp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Set(exp)
+	filtertest.CheckPresent(t, w, keys) // at the expiry, inclusive
+	clock.Set(exp.Add(w.Window()))      // one window later: past the window's end
+	present := 0
+	for _, k := range keys {
+		if w.MayContain(k) || w.MayContainString(string(k)) || w.MayContainHash(w.Hash(k)) {
+			present++
+		}
+	}
+	// Only false positives may remain: with nothing consulted, none.
+	if present > 0 {
+		t.Fatalf("%d of %d keys still present a window after their expiry, with %d generations held", present, len(keys), w.Live())
+	}
+	if w.Live() != 1 {
+		t.Fatalf("%d generations held; lookups must not drop them", w.Live())
+	}
+}
+
+// TestDecodeWindowedMemoryBound is the regression test for an 80-byte
+// encoding that passed DecodeConfig.MaxBytes because it held no generation,
+// and whose first Add then allocated a 128 GB generation (Capacity 2^36).
+// A decoder must refuse a Windowed whose G generations, which adds create as
+// keys arrive, could need more than MaxBytes.
+func TestDecodeWindowedMemoryBound(t *testing.T) {
+	clock := newFakeClock(clockStart)
+	cfg := filter.WindowedConfig{MaxTTL: time.Hour, Generations: 4, Capacity: 10_000, FPRate: 0.01, Now: clock.Now}
+	empty := encode(t, newWindowed(t, cfg)) // no generation held
+	if len(empty) != 80 {
+		t.Fatalf("empty encoding is %d bytes, want 80", len(empty))
+	}
+	huge := bytes.Clone(empty)
+	binary.LittleEndian.PutUint64(huge[20+24:], 1<<36) // Capacity
+	resealTail(huge)
+
+	full := newWindowed(t, cfg) // all four generations held
+	for i := range 4 {
+		full.Add([]byte("k"), clockStart.Add(time.Duration(i)*full.Window()))
+	}
+	if full.Live() != 4 {
+		t.Fatalf("%d generations, want 4", full.Live())
+	}
+	genFrame := uint64(20+40+8+4) + full.GenerationSizing().Bytes()
+	one := newWindowed(t, cfg) // one generation held
+	one.Add([]byte("k"), clockStart)
+
+	for _, tc := range []struct {
+		name     string
+		in       []byte
+		maxBytes uint64
+		want     error
+	}{
+		{"no generations, capacity 2^36, default limit", huge, 0, filter.ErrTooLarge},
+		{"no generations, capacity 2^36, 1 MiB limit", huge, 1 << 20, filter.ErrTooLarge},
+		{"no generations, room for three", empty, 3 * genFrame, filter.ErrTooLarge},
+		{"no generations, room for four", empty, 4 * genFrame, nil},
+		{"one generation, room for three", encode(t, one), 3 * genFrame, filter.ErrTooLarge},
+		{"one generation, room for four", encode(t, one), 4 * genFrame, nil},
+		{"four generations, room for four", encode(t, full), 4 * genFrame, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := filter.DecodeWindowed(bytes.NewReader(tc.in), filter.DecodeConfig{MaxBytes: tc.maxBytes}, clock.Now)
+			if !errors.Is(err, tc.want) || (err == nil) != (tc.want == nil) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if err == nil {
+				// Fill every generation: memory stays within the limit.
+				for i := range 4 {
+					if err := w.Add([]byte("x"), clockStart.Add(time.Duration(i)*w.Window())); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if b := w.Stats().Bytes; b > tc.maxBytes {
+					t.Fatalf("%d bytes of tables after adds, limit %d", b, tc.maxBytes)
+				}
+			}
+		})
+	}
+}
+
 // FuzzDecodeWindowed feeds arbitrary bytes to the windowed decoder: it must
 // return a filter or an error, never panic, and a filter it returns must work
 // and re-encode to the same bytes.
@@ -522,7 +668,7 @@ func FuzzDecodeWindowed(f *testing.F) {
 	f.Add(resealTail(append(bytes.Clone(enc[:len(enc)-12]), 0, 0, 0, 0)))
 	many := newWindowed(f, filter.WindowedConfig{MaxTTL: time.Hour, Generations: 3, Capacity: 200, FPRate: 0.001, Now: clock.Now})
 	for i, k := range filtertest.Emails(300, 700) {
-		many.AddUntil(k, clockStart.Add(time.Duration(i)*time.Hour/300))
+		many.Add(k, clockStart.Add(time.Duration(i)*time.Hour/300))
 	}
 	f.Add(encode(f, many))
 	f.Fuzz(func(t *testing.T, in []byte) {
@@ -531,8 +677,8 @@ func FuzzDecodeWindowed(f *testing.F) {
 			return
 		}
 		checkDecoded(t, in, d)
-		if err := d.AddUntil([]byte("x"), clock.Now().Add(time.Minute)); err != nil {
-			t.Fatalf("AddUntil: %v", err)
+		if err := d.Add([]byte("x"), clock.Now().Add(time.Minute)); err != nil {
+			t.Fatalf("Add: %v", err)
 		}
 		if !d.MayContain([]byte("x")) {
 			t.Fatal("decoded filter lost a key")
@@ -559,8 +705,8 @@ func ExampleWindowed() {
 		panic(err)
 	}
 	// Revoke two tokens: their "jti" claims, until their "exp" claims.
-	revoked.AddStringUntil("jti-7f3a", now.Add(15*time.Minute))
-	revoked.AddStringUntil("jti-91c2", now.Add(20*time.Hour))
+	revoked.AddString("jti-7f3a", now.Add(15*time.Minute))
+	revoked.AddString("jti-91c2", now.Add(20*time.Hour))
 	isRevoked := func(jti string) bool {
 		// false: certainly not revoked. true: look it up in the database.
 		return revoked.MayContainString(jti)
@@ -571,7 +717,7 @@ func ExampleWindowed() {
 	dropped, _ := revoked.Expire()
 	fmt.Println(dropped, isRevoked("jti-7f3a"), isRevoked("jti-91c2"))
 
-	err = revoked.AddStringUntil("jti-c0de", now.Add(48*time.Hour))
+	err = revoked.AddString("jti-c0de", now.Add(48*time.Hour))
 	fmt.Println(errors.Is(err, filter.ErrInvalidParams))
 	// Output:
 	// true true false
@@ -593,15 +739,15 @@ func benchWindowed(b *testing.B, n int, p float64) {
 	present := filtertest.Emails(8*n, 1)
 	absent := filtertest.Emails(1<<16, 2)
 	for i, k := range present {
-		w.AddUntil(k, clock.Now().Add(time.Duration(i%8)*time.Hour))
+		w.Add(k, clock.Now().Add(time.Duration(i%8)*time.Hour))
 	}
-	b.Run("AddUntil", func(b *testing.B) {
+	b.Run("Add", func(b *testing.B) {
 		g := newWindowed(b, cfg)
 		exp := clock.Now().Add(3 * time.Hour)
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			g.AddUntil(present[i%len(present)], exp)
+			g.Add(present[i%len(present)], exp)
 			i++
 		}
 	})
