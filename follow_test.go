@@ -3,6 +3,7 @@ package bloomgate_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -149,6 +150,18 @@ func (fx *followFixture) caughtUp(t *testing.T, g *bloomgate.Gate, feed *postgre
 	}
 }
 
+// snapshotPosition reads the position from a snapshot's header (layout in
+// follow.go: magic, version, fingerprint length and bytes, position).
+func snapshotPosition(t *testing.T, path string) changefeed.Position {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) < 8 {
+		t.Fatalf("snapshot: %v", err)
+	}
+	f := int(binary.LittleEndian.Uint16(b[6:]))
+	return changefeed.Position(binary.LittleEndian.Uint64(b[8+f:]))
+}
+
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) {
@@ -201,6 +214,22 @@ func TestFollow(t *testing.T) {
 	fx.caughtUp(t, g, feed)
 	noFalseNegatives(t, g, fx.keys(t))
 	stop() // writes a last snapshot and confirms it
+
+	// Acknowledged only what a snapshot holds: the slot's confirmed
+	// position never passes the newest snapshot's.
+	snapPos := snapshotPosition(t, path)
+	probe, err := postgres.NewFeed(fx.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := probe.SlotStatus(context.Background())
+	probe.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ConfirmedFlush > snapPos || st.ConfirmedFlush == 0 {
+		t.Fatalf("slot confirmed %s, newest snapshot at %s", st.ConfirmedFlush, snapPos)
+	}
 
 	// Cold start: the snapshot's filter, failing open until caught up.
 	fx.insert(t, "while-down-", 300)
