@@ -44,7 +44,8 @@ type FollowConfig struct {
 	Feed ChangeFeed
 	// SnapshotPath is the file holding the newest snapshot: the filter and
 	// the feed position it reflects. Default "": no snapshots, every start
-	// bootstraps.
+	// bootstraps, and every applied position is confirmed at once (as it
+	// is with a filter that cannot be written, lacking WriteTo).
 	SnapshotPath string
 	// SnapshotInterval is the least time between two snapshots while
 	// streaming. Default: 1 minute.
@@ -307,7 +308,14 @@ func (fl *Follower) apply(t changefeed.Txn) error {
 	fl.mu.Lock()
 	caught := fl.caught
 	fl.mu.Unlock()
-	if caught && fl.cfg.SnapshotPath != "" && time.Since(fl.lastSnap) >= fl.cfg.SnapshotInterval {
+	_, canWrite := g.view.Load().f.(io.WriterTo)
+	switch {
+	case fl.cfg.SnapshotPath == "" || !canWrite:
+		// No snapshot to resume from: the next start bootstraps anyway, so
+		// the applied position may be released at once, and the slot holds
+		// no WAL for it.
+		return fl.cfg.Feed.Confirm(context.Background(), t.End)
+	case caught && time.Since(fl.lastSnap) >= fl.cfg.SnapshotInterval:
 		fl.snapshot(context.Background())
 	}
 	return nil

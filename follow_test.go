@@ -307,3 +307,27 @@ func TestFollowStaleSnapshot(t *testing.T) {
 }
 
 var _ bloomgate.ChangeFeed = (*postgres.Feed)(nil)
+
+// TestFollowWithoutSnapshots: with no snapshot file, every applied position
+// is confirmed, so the slot does not hold WAL for a gate that will
+// bootstrap on its next start anyway.
+func TestFollowWithoutSnapshots(t *testing.T) {
+	fx := newFollowFixture(t)
+	fx.insert(t, "a-", 100)
+	g, feed, _ := fx.follow(t, bloomgate.FollowConfig{})
+	fx.caughtUp(t, g, feed)
+	fx.insert(t, "b-", 100)
+	fx.caughtUp(t, g, feed)
+	noFalseNegatives(t, g, fx.keys(t))
+	delivered := feed.Health().Delivered
+	for {
+		st, err := feed.SlotStatus(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.ConfirmedFlush >= delivered {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
