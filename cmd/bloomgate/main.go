@@ -1,7 +1,9 @@
-// Command bloomgate sizes filters and runs the gate demo.
+// Command bloomgate sizes filters, runs the gate demo and sets up the
+// PostgreSQL change feed.
 //
 //	bloomgate size -n 10000000 -p 0.001
 //	bloomgate demo
+//	bloomgate feed setup -postgres URL -table users -column email
 package main
 
 import (

@@ -25,6 +25,7 @@ func commands() []command {
 	return []command{
 		{"demo", "run a users-table lookup workload (87 % misses) without and with the gate, and compare", runDemo},
 		{"size", "print the size and false-positive rates of a Bloom filter", runSize},
+		{"feed", "set up and inspect the PostgreSQL change feed (feed setup, feed status)", runFeed},
 	}
 }
 

@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/bloomgate/bloomgate/source/postgres"
+)
+
+// testPostgres returns the URL of the test server and a fresh schema name,
+// dropped afterwards with the publication and role named after it. Without
+// a server the test skips, unless BLOOMGATE_REQUIRE_SERVICES is set.
+func testPostgres(t *testing.T) (url, name string, exec func(string)) {
+	t.Helper()
+	url = os.Getenv("BLOOMGATE_POSTGRES_URL")
+	if url == "" {
+		url = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	ctx := context.Background()
+	pool, err := postgres.Connect(ctx, url)
+	if err != nil {
+		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") != "" {
+			t.Fatalf("PostgreSQL unreachable and BLOOMGATE_REQUIRE_SERVICES is set: %v", err)
+		}
+		t.Skipf("PostgreSQL unreachable, skipping: %v", err)
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	name = "bg_cli_" + hex.EncodeToString(b[:])
+	exec = func(q string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, q := range []string{"DROP SCHEMA IF EXISTS " + name + " CASCADE", "DROP PUBLICATION IF EXISTS " + name,
+			"DROP OWNED BY " + name, "DROP ROLE IF EXISTS " + name} {
+			pool.Exec(ctx, q)
+		}
+		pool.Close()
+	})
+	return url, name, exec
+}
+
+func TestFeedSetup(t *testing.T) {
+	url, name, exec := testPostgres(t)
+	exec("CREATE SCHEMA " + name)
+	exec("CREATE TABLE " + name + ".users (id int PRIMARY KEY, email text NOT NULL UNIQUE)")
+	args := []string{"feed", "setup", "-postgres", url, "-table", name + ".users", "-column", "email", "-role", name, "-publication", name}
+
+	code, out, errOut := run(args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		`CREATE PUBLICATION "` + name + `" FOR TABLE "` + name + `"."users";`,
+		`CREATE ROLE "` + name + `" WITH LOGIN REPLICATION;`,
+		`GRANT SELECT ON "` + name + `"."users" TO "` + name + `";`,
+		`REPLICA IDENTITY USING INDEX "users_email_key"`,
+		"-- wal_level: logical",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, " WHERE ") {
+		t.Errorf("publication with a row filter:\n%s", out)
+	}
+	if code, _, errOut := run(append(args, "-run")...); code != 0 {
+		t.Fatalf("-run: exit %d: %s", code, errOut)
+	}
+	// Now in place: only the idempotent grants remain, and the feed accepts
+	// the publication.
+	code, out, _ = run(args...)
+	if code != 0 || strings.Contains(out, "CREATE ") {
+		t.Fatalf("after -run (exit %d):\n%s", code, out)
+	}
+	// A row-filtered publication is replaced by an unfiltered one.
+	exec("ALTER PUBLICATION " + name + " SET TABLE " + name + ".users WHERE (id > 0)")
+	if _, out, _ = run(args...); !strings.Contains(out, `ALTER PUBLICATION "`+name+`" SET TABLE "`+name+`"."users";`) {
+		t.Fatalf("row filter not removed:\n%s", out)
+	}
+	if code, _, _ := run("feed", "status", "-postgres", url, "-table", name+".users", "-column", "email", "-slot", name); code != 1 {
+		t.Fatalf("status of a missing slot: exit %d, want 1", code)
+	}
+}
+
+func TestFeedUsage(t *testing.T) {
+	for _, args := range [][]string{{"feed"}, {"feed", "nope"}, {"feed", "setup", "-table", "t"}, {"feed", "status", "-column", "c"}} {
+		if code, _, errOut := run(args...); code != 2 || !strings.Contains(errOut, "usage") {
+			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+}
+
+func TestWALLevelMessage(t *testing.T) {
+	err := postgres.SetupPlan{WALLevel: "replica"}.CheckWALLevel()
+	if !errors.Is(err, postgres.ErrWALLevel) || !strings.Contains(err.Error(), "ALTER SYSTEM SET wal_level = logical") ||
+		!strings.Contains(err.Error(), `"replica"`) {
+		t.Fatalf("CheckWALLevel: %v", err)
+	}
+	if err := (postgres.SetupPlan{WALLevel: "logical"}).CheckWALLevel(); err != nil {
+		t.Fatal(err)
+	}
+}
