@@ -25,6 +25,7 @@ func commands() []command {
 	return []command{
 		{"demo", "run the articles' workload without and with the gate, and compare", runDemo},
 		{"size", "print the size and false-positive rates of a Bloom filter", runSize},
+		{"serve", "serve filters over the Redis protocol (RedisBloom's commands) and HTTP", runServe},
 	}
 }
 
