@@ -26,8 +26,9 @@ type CuckooParams struct {
 }
 
 // maxCuckooFilters is the number of sub-filters a growing cuckoo key may
-// have (RedisBloom's cf-max-expansions).
-const maxCuckooFilters = 32
+// have. RedisBloom's cf-max-expansions is 32; filter.Cuckoo gives each
+// sub-filter one more fingerprint bit, and 20 keep them within 32 bits.
+const maxCuckooFilters = 20
 
 func (p CuckooParams) withDefaults() CuckooParams {
 	if p.BucketSize == 0 {
