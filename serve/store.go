@@ -297,6 +297,12 @@ func (s *Store) closeSets() {
 // progress).
 func (s *Store) UsedMemory() int64 { return s.used.Load() }
 
+// Durable reports whether standalone filters are stored (Config.DataDir set).
+func (s *Store) Durable() bool { return s.cfg.DataDir != "" }
+
+// FsyncPolicy returns the log's fsync policy.
+func (s *Store) FsyncPolicy() Fsync { return s.cfg.Fsync }
+
 // MaxMemory returns Config.MaxMemory.
 func (s *Store) MaxMemory() int64 { return s.cfg.MaxMemory }
 

@@ -10,9 +10,9 @@ import (
 )
 
 // serveFile is the `bloomgate serve -config FILE` format: one "key value"
-// pair per line, as redis.conf; '#' starts a comment line; a value may be
-// double-quoted (Go syntax) to keep spaces or '#'. Table-backed sets are
-// blocks:
+// pair per line, as redis.conf; '#' starts a comment line, and " #" starts a
+// comment after an unquoted value; a value may be double-quoted (Go syntax)
+// to keep " #" or surrounding spaces. Table-backed sets are blocks:
 //
 //	resp 127.0.0.1:6380
 //	http 127.0.0.1:8080
@@ -86,6 +86,8 @@ func parseServeFile(r io.Reader) (*serveFile, error) {
 				return nil, fmt.Errorf("line %d: %s: bad quoted value", n, key)
 			}
 			value = v
+		} else if i := strings.Index(value, " #"); i >= 0 {
+			value = strings.TrimSpace(value[:i]) // a trailing comment
 		}
 		l := confLine{n, key, value}
 		switch {

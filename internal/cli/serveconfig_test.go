@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,28 @@ func TestParseServeFile(t *testing.T) {
 	if len(f.Sets) != 2 || f.Sets[0].Name != "users" || f.Sets[0].Confirm != "SELECT 1 FROM users WHERE email = $1" ||
 		f.Sets[0].Kind != "cuckoo" || f.Sets[1].SQLite != "./app.db" || f.Sets[1].Column != "code" {
 		t.Errorf("sets: %+v", f.Sets)
+	}
+}
+
+// TestREADMEConfig parses the config example in the README.
+func TestREADMEConfig(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "### Config file")
+	if !ok {
+		t.Fatal("README has no config file section")
+	}
+	_, rest, _ = strings.Cut(rest, "```\n")
+	block, _, _ := strings.Cut(rest, "```")
+	f, err := parseServeFile(strings.NewReader(block))
+	if err != nil {
+		t.Fatalf("README config: %v", err)
+	}
+	if f.Password != "s3cret" || f.Fsync != "everysec" || len(f.Sets) != 1 || f.Sets[0].Postgres == "" ||
+		f.Sets[0].Confirm != "SELECT 1 FROM users WHERE email = lower(trim($1))" || f.Sets[0].Query != "SELECT email FROM users" {
+		t.Errorf("README config parsed as %+v", f)
 	}
 }
 

@@ -367,12 +367,37 @@ func (c *conn) commandInfo(cmd *command) {
 	c.w.setHeader(0)
 }
 
-// cmdConfig answers CONFIG GET with nothing (tools such as redis-benchmark
-// ask for "save" and "appendonly") and refuses CONFIG SET.
+// cmdConfig answers CONFIG GET for the few parameters tools ask for (save,
+// appendonly, appendfsync, maxmemory, maxclients; glob patterns allowed) and
+// refuses CONFIG SET.
 func cmdConfig(c *conn, args [][]byte) {
 	switch strings.ToLower(string(args[1])) {
 	case "get":
-		c.w.mapHeader(0)
+		appendonly := "no"
+		if c.s.store.Durable() {
+			appendonly = "yes"
+		}
+		params := [][2]string{
+			{"save", ""},
+			{"appendonly", appendonly},
+			{"appendfsync", string(c.s.store.FsyncPolicy())},
+			{"maxmemory", strconv.FormatInt(c.s.store.MaxMemory(), 10)},
+			{"maxclients", strconv.Itoa(c.s.cfg.MaxConns)},
+		}
+		var out [][2]string
+		for _, p := range params {
+			for _, pat := range args[2:] {
+				if globMatch(bytes.ToLower(pat), []byte(p[0])) {
+					out = append(out, p)
+					break
+				}
+			}
+		}
+		c.w.mapHeader(len(out))
+		for _, p := range out {
+			c.w.bulkString(p[0])
+			c.w.bulkString(p[1])
+		}
 	case "resetstat":
 		c.w.simple("OK")
 	default:
