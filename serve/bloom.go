@@ -16,7 +16,9 @@ type BloomParams struct {
 	Capacity uint64
 	// ErrorRate bounds the false-positive rate of the whole filter, however
 	// far it grows (the first sub-filter gets half of it, each further one
-	// half of the one before, as RedisBloom). Default: 0.01.
+	// half of the one before, as RedisBloom). A NonScaling filter's one
+	// sub-filter also gets half (RedisBloom gives it the whole rate), so it
+	// is a little larger and more accurate. Default: 0.01.
 	ErrorRate float64
 	// Expansion is how many times larger each new sub-filter is.
 	// Default: 2. At most 64 (RedisBloom allows 32768).

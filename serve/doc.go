@@ -18,5 +18,7 @@
 //     false negative.
 //
 // A Store is safe for concurrent use. Lock order: Store.snapMu, then
-// Store.mu, then object.mu, then appendLog.mu.
+// Store.mu, then object.mu, then appendLog.syncMu, then appendLog.mu. Writes
+// wait for an fsync (FsyncAlways) only after releasing Store.mu and
+// object.mu.
 package serve
