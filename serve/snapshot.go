@@ -224,7 +224,7 @@ func (s *Store) loadSnapshot() (uint64, error) {
 	}
 	nextLSN, objs, err := readSnapshot(f, size, s.cfg.MaxFilterBytes)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", path, err)
+		return 0, fmt.Errorf("%s: %w; restore it from a backup, or move it away to start from the log alone (which holds only the writes since that snapshot)", path, err)
 	}
 	for _, o := range objs {
 		s.keys[o.name] = o

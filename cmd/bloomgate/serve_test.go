@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bloomgate/bloomgate/source/sqlite"
 )
 
 var (
@@ -262,5 +265,80 @@ func TestProtectedMode(t *testing.T) {
 	out, err := exec.Command(bin, "serve", "-resp", "0.0.0.0:0", "-http", "", "-data", "").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "protected mode") {
 		t.Errorf("serve on 0.0.0.0 without a password: %v\n%s", err, out)
+	}
+}
+
+// TestServeConfigSQLiteSet starts the binary with a config file declaring an
+// SQLite-backed set with a confirm query.
+func TestServeConfigSQLiteSet(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "app.db")
+	db, err := sqlite.Open(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := sqlite.UsersTable{DB: db, Table: "users"}
+	ctx := context.Background()
+	if err := users.Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := users.Load(ctx, 100, func(i int) string { return fmt.Sprintf("u%d@example.com", i) }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	respAddr, httpAddr := freeAddr(t), freeAddr(t)
+	conf := filepath.Join(dir, "bloomgate.conf")
+	os.WriteFile(conf, []byte(fmt.Sprintf(`resp %s
+http %s
+data %s
+requirepass pw
+set users {
+  sqlite %s
+  query SELECT email FROM users
+  confirm SELECT 1 FROM users WHERE email = ?
+}
+`, respAddr, httpAddr, filepath.Join(dir, "data"), dbPath)), 0o644)
+	startServe(t, bin, "-config", conf)
+	rdb := redis.NewClient(&redis.Options{Addr: respAddr, Password: "pw"})
+	defer rdb.Close()
+	for _, tt := range []struct {
+		key  string
+		want bool
+	}{{"u5@example.com", true}, {"nobody@example.com", false}} {
+		got, err := rdb.Do(ctx, "BG.EXISTS", "users", tt.key).Bool()
+		if err != nil || got != tt.want {
+			t.Errorf("BG.EXISTS users %s = %v, %v", tt.key, got, err)
+		}
+	}
+	if ok, err := rdb.BFExists(ctx, "users", "u7@example.com").Result(); !ok || err != nil {
+		t.Errorf("BF.EXISTS on the set = %v, %v", ok, err)
+	}
+	// The HTTP API wants the password as a bearer token.
+	for token, want := range map[string]int{"": 401, "pw": 200} {
+		req, _ := http.NewRequest("GET", "http://"+httpAddr+"/v1/sets/users", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET /v1/sets/users with token %q: %d, want %d", token, resp.StatusCode, want)
+		}
+	}
+}
+
+// TestServeConfigUnknownKey: an unknown key stops the start, naming the key
+// and its line.
+func TestServeConfigUnknownKey(t *testing.T) {
+	bin := buildBinary(t)
+	conf := filepath.Join(t.TempDir(), "bad.conf")
+	os.WriteFile(conf, []byte("resp 127.0.0.1:0\n\nmaxmemroy 1gb\n"), 0o644)
+	out, err := exec.Command(bin, "serve", "-config", conf).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `line 3: unknown key "maxmemroy"`) {
+		t.Errorf("unknown key: %v\n%s", err, out)
 	}
 }
