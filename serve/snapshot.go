@@ -185,6 +185,11 @@ func (s *Store) recover() error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	s.lock = lock
 	nextLSN, err := s.loadSnapshot()
 	if err != nil {
 		return err

@@ -81,6 +81,7 @@ type Store struct {
 	cfg  Config
 	log  *slog.Logger
 	aof  *appendLog // nil without DataDir
+	lock *os.File   // the DataDir lock, held until Close
 	sets map[string]*Set
 
 	mu    sync.RWMutex
@@ -154,7 +155,11 @@ type object struct {
 	dump    *dumpCache
 }
 
-// Open loads the snapshot and replays the log from cfg.DataDir, declares the
+// ErrDataDirLocked reports a DataDir that another process (or Store) holds.
+var ErrDataDirLocked = errors.New("serve: data directory locked")
+
+// Open locks cfg.DataDir (ErrDataDirLocked if another Store holds it), loads
+// the snapshot and replays the log from it, declares the
 // table-backed sets and starts their gates and the background snapshots.
 // A snapshot that fails its checksum stops Open with an error wrapping
 // ErrCorruptSnapshot; a torn record at the end of the log is truncated with a
@@ -187,6 +192,9 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.DataDir != "" {
 		if err := s.recover(); err != nil {
 			s.closeSets()
+			if s.lock != nil {
+				s.lock.Close()
+			}
 			return nil, err
 		}
 	}
@@ -284,6 +292,9 @@ func (s *Store) Close() error {
 		}
 	}
 	s.closeSets()
+	if s.lock != nil {
+		s.lock.Close()
+	}
 	return err
 }
 

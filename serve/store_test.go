@@ -21,6 +21,24 @@ func openStore(t *testing.T, cfg Config) *Store {
 	return s
 }
 
+// crash abandons s as a crash would: no snapshot, the log file and the
+// directory lock closed, the background goroutine stopped.
+func crash(s *Store) {
+	close(s.stop)
+	s.bgDone.Wait()
+	s.cancel()
+	s.aof.f.Close()
+	s.lock.Close()
+}
+
+func TestDataDirLocked(t *testing.T) {
+	dir := t.TempDir()
+	openStore(t, Config{DataDir: dir})
+	if _, err := Open(Config{DataDir: dir}); !errors.Is(err, ErrDataDirLocked) {
+		t.Fatalf("second Open of a data directory: %v, want ErrDataDirLocked", err)
+	}
+}
+
 func items(prefix string, n int) [][]byte {
 	out := make([][]byte, n)
 	for i := range out {
@@ -98,7 +116,7 @@ func TestDurability(t *testing.T) {
 				t.Fatal(err)
 			}
 			fill(t, s)
-			s.aof.f.Close() // crash: no snapshot
+			crash(s)
 			r := openStore(t, cfg)
 			check(t, r)
 
@@ -160,7 +178,7 @@ func TestTornTail(t *testing.T) {
 	}
 	fill(t, s)
 	s.aof.f.Write([]byte{200, 0, 0, 0, 0, 0, 0, 0, 1, 2}) // half a record
-	s.aof.f.Close()
+	crash(s)
 	var logBuf bytes.Buffer
 	r := openStore(t, Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})
 	check(t, r)
@@ -302,7 +320,7 @@ func TestSnapshotUnderWrites(t *testing.T) {
 			snapshots++
 		}
 	}
-	s.aof.f.Close() // crash: no final snapshot
+	crash(s)
 	r := openStore(t, Config{DataDir: dir})
 	for w := range writers {
 		name := fmt.Sprint("bf", w)
