@@ -259,6 +259,7 @@ func (s *Store) CFDel(name string, item []byte) (bool, error) {
 
 // CuckooInfo is CF.INFO's reply.
 type CuckooInfo struct {
+	Capacity      uint64 // items all sub-filters accept together
 	Size          uint64 // bytes of the tables
 	Buckets       uint64 // buckets in all sub-filters
 	Filters       int    // sub-filters
@@ -296,6 +297,7 @@ func (s *Store) CFInfo(name string) (CuckooInfo, error) {
 		buckets = first * ((1 << len(fps)) - 1)
 	}
 	return CuckooInfo{
+		Capacity:      st.Capacity,
 		Size:          st.Bytes,
 		Buckets:       buckets,
 		Filters:       len(fps),

@@ -203,7 +203,7 @@ func (a *api) info(name string) (SetInfo, bool) {
 		if err != nil {
 			return SetInfo{}, false
 		}
-		return SetInfo{Name: name, Kind: "cuckoo", Ready: true, Items: ci.Inserted - min(ci.Deleted, ci.Inserted), Bytes: ci.Size, Filters: ci.Filters}, true
+		return SetInfo{Name: name, Kind: "cuckoo", Ready: true, Capacity: ci.Capacity, Items: ci.Inserted - min(ci.Deleted, ci.Inserted), Bytes: ci.Size, Filters: ci.Filters}, true
 	}
 	return SetInfo{}, false
 }
