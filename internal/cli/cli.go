@@ -26,6 +26,7 @@ func commands() []command {
 		{"demo", "run a users-table lookup workload (87 % misses) without and with the gate, and compare", runDemo},
 		{"size", "print the size and false-positive rates of a Bloom filter", runSize},
 		{"feed", "set up and inspect the PostgreSQL change feed (feed setup, feed status)", runFeed},
+		{"serve", "serve filters over the Redis protocol (RedisBloom's commands) and HTTP", runServe},
 	}
 }
 

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"github.com/bloomgate/bloomgate/internal/demo"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bloomgate/bloomgate/source/sqlite"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	binPath   string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// buildBinary builds the bloomgate command into a temporary directory, once
+// per test binary.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "bloomgate-serve-test")
+		if buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "bloomgate")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// server is a running `bloomgate serve` process.
+type server struct {
+	cmd    *exec.Cmd
+	stderr *strings.Builder
+	done   chan struct{} // closed when the process has exited
+	err    error         // its exit status, once done is closed
+}
+
+// wait waits for the process to exit and returns its exit status.
+func (s *server) wait() error {
+	<-s.done
+	return s.err
+}
+
+// startServe runs `bloomgate serve args…` and waits for its ready line.
+func startServe(t *testing.T, bin string, args ...string) *server {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{cmd: cmd, stderr: &strings.Builder{}, done: make(chan struct{})}
+	cmd.Stderr = &lockedWriter{w: s.stderr}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(stdout)
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.Contains(line, "ready") {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("server did not start (%q, %v); stderr:\n%s", line, err, s.stderr)
+	}
+	go io.Copy(io.Discard, br)
+	go func() {
+		s.err = cmd.Wait()
+		close(s.done)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		s.wait()
+	})
+	return s
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// TestKill9 kills the server with SIGKILL in the middle of a write load and
+// checks, after a restart, that every acknowledged add is there. Every write
+// reaches the operating system (write(2)) before it is acknowledged under
+// all three fsync policies, so a crash of the process alone loses nothing;
+// the policies differ only when the machine crashes.
+func TestKill9(t *testing.T) {
+	bin := buildBinary(t)
+	for _, policy := range []string{"always", "everysec"} {
+		t.Run(policy, func(t *testing.T) {
+			dir := t.TempDir()
+			addr := freeAddr(t)
+			args := []string{"-resp", addr, "-http", "", "-data", dir, "-appendfsync", policy}
+			srv := startServe(t, bin, args...)
+			acked := writeUntilKilled(t, addr, srv)
+			startServe(t, bin, args...)
+			rdb := redis.NewClient(&redis.Options{Addr: addr})
+			defer rdb.Close()
+			ctx := context.Background()
+			lost := 0
+			for key, items := range acked {
+				cmd := "BF.MEXISTS"
+				if strings.HasPrefix(key, "cf") {
+					cmd = "CF.MEXISTS"
+				}
+				args := []any{cmd, key}
+				for _, it := range items {
+					args = append(args, it)
+				}
+				res, err := rdb.Do(ctx, args...).BoolSlice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, ok := range res {
+					if !ok {
+						lost++
+						if lost < 5 {
+							t.Errorf("%s lost acknowledged item %s", key, items[i])
+						}
+					}
+				}
+			}
+			n := 0
+			for _, items := range acked {
+				n += len(items)
+			}
+			t.Logf("%d acknowledged adds, %d lost", n, lost)
+			if lost > 0 {
+				t.Fatalf("%d of %d acknowledged adds lost", lost, n)
+			}
+		})
+	}
+}
+
+// writeUntilKilled runs writers against the server, kills it with SIGKILL
+// once they have 2000 acknowledged adds, and returns every acknowledged add
+// by key.
+func writeUntilKilled(t *testing.T, addr string, srv *server) map[string][]string {
+	var mu sync.Mutex
+	acked := map[string][]string{}
+	total := 0
+	killed := make(chan struct{})
+	var once sync.Once
+	kill := func() {
+		once.Do(func() {
+			srv.cmd.Process.Signal(syscall.SIGKILL)
+			close(killed)
+		})
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+			defer rdb.Close()
+			key := fmt.Sprintf("bf%d", w)
+			cmd := "BF.ADD"
+			if w%2 == 1 {
+				key, cmd = fmt.Sprintf("cf%d", w), "CF.ADD"
+			}
+			for i := 0; ; i++ {
+				item := fmt.Sprintf("item-%d-%d", w, i)
+				if err := rdb.Do(context.Background(), cmd, key, item).Err(); err != nil {
+					select {
+					case <-killed:
+						return
+					default:
+						t.Errorf("write before the kill failed: %v", err)
+						kill()
+						return
+					}
+				}
+				mu.Lock()
+				acked[key] = append(acked[key], item)
+				total++
+				if total == 2000 {
+					kill()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	srv.wait()
+	return acked
+}
+
+// TestServeSIGTERM: SIGTERM finishes, snapshots and exits 0; the filters are
+// there after a restart.
+func TestServeSIGTERM(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	args := []string{"-resp", addr, "-http", "", "-data", dir}
+	srv := startServe(t, bin, args...)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	if err := rdb.BFAdd(ctx, "k", "a").Err(); err != nil {
+		t.Fatal(err)
+	}
+	srv.cmd.Process.Signal(syscall.SIGTERM)
+	if err := srv.wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v; stderr:\n%s", err, srv.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "snapshot.bgs")); err != nil {
+		t.Errorf("no snapshot after SIGTERM: %v", err)
+	}
+	startServe(t, bin, args...)
+	if ok, err := rdb.BFExists(ctx, "k", "a").Result(); !ok || err != nil {
+		t.Errorf("after restart: %v, %v", ok, err)
+	}
+}
+
+// TestProtectedMode: a non-loopback address without a password refuses to
+// start.
+func TestProtectedMode(t *testing.T) {
+	bin := buildBinary(t)
+	out, err := exec.Command(bin, "serve", "-resp", "0.0.0.0:0", "-http", "", "-data", "").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "protected mode") {
+		t.Errorf("serve on 0.0.0.0 without a password: %v\n%s", err, out)
+	}
+}
+
+// TestServeConfigSQLiteSet starts the binary with a config file declaring an
+// SQLite-backed set with a confirm query.
+func TestServeConfigSQLiteSet(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "app.db")
+	db, err := sqlite.Open(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := demo.SQLiteUsers{DB: db, Table: "users"}
+	ctx := context.Background()
+	if err := users.Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := users.Load(ctx, 100, func(i int) string { return fmt.Sprintf("u%d@example.com", i) }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	respAddr, httpAddr := freeAddr(t), freeAddr(t)
+	conf := filepath.Join(dir, "bloomgate.conf")
+	os.WriteFile(conf, []byte(fmt.Sprintf(`resp %s
+http %s
+data %s
+requirepass pw
+set users {
+  sqlite %s
+  query SELECT email FROM users
+  confirm SELECT 1 FROM users WHERE email = ?
+}
+`, respAddr, httpAddr, filepath.Join(dir, "data"), dbPath)), 0o644)
+	startServe(t, bin, "-config", conf)
+	rdb := redis.NewClient(&redis.Options{Addr: respAddr, Password: "pw"})
+	defer rdb.Close()
+	for _, tt := range []struct {
+		key  string
+		want bool
+	}{{"u5@example.com", true}, {"nobody@example.com", false}} {
+		got, err := rdb.Do(ctx, "BG.EXISTS", "users", tt.key).Bool()
+		if err != nil || got != tt.want {
+			t.Errorf("BG.EXISTS users %s = %v, %v", tt.key, got, err)
+		}
+	}
+	if ok, err := rdb.BFExists(ctx, "users", "u7@example.com").Result(); !ok || err != nil {
+		t.Errorf("BF.EXISTS on the set = %v, %v", ok, err)
+	}
+	// The HTTP API wants the password as a bearer token.
+	for token, want := range map[string]int{"": 401, "pw": 200} {
+		req, _ := http.NewRequest("GET", "http://"+httpAddr+"/v1/sets/users", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET /v1/sets/users with token %q: %d, want %d", token, resp.StatusCode, want)
+		}
+	}
+}
+
+// TestServeConfigUnknownKey: an unknown key stops the start, naming the key
+// and its line.
+func TestServeConfigUnknownKey(t *testing.T) {
+	bin := buildBinary(t)
+	conf := filepath.Join(t.TempDir(), "bad.conf")
+	os.WriteFile(conf, []byte("resp 127.0.0.1:0\n\nmaxmemroy 1gb\n"), 0o644)
+	out, err := exec.Command(bin, "serve", "-config", conf).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `line 3: unknown key "maxmemroy"`) {
+		t.Errorf("unknown key: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,255 @@
+package serve
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/bloomgate/bloomgate/filter"
+)
+
+// BloomParams are the parameters of a Bloom key (BF.RESERVE, BF.INSERT).
+// The zero value of a field means its default (Config.BloomDefaults, whose
+// own defaults are RedisBloom's).
+type BloomParams struct {
+	// Capacity is the number of items the first sub-filter holds.
+	// Default: 100.
+	Capacity uint64
+	// ErrorRate bounds the false-positive rate of the whole filter, however
+	// far it grows (the first sub-filter gets half of it, each further one
+	// half of the one before, as RedisBloom). A NonScaling filter's one
+	// sub-filter also gets half (RedisBloom gives it the whole rate), so it
+	// is a little larger and more accurate. Default: 0.01.
+	ErrorRate float64
+	// Expansion is how many times larger each new sub-filter is.
+	// Default: 2. At most 64 (RedisBloom allows 32768).
+	Expansion uint32
+	// NonScaling makes the filter refuse items (ErrNonScalingFull) once it
+	// holds Capacity, instead of growing. RedisBloom's EXPANSION 0 means this.
+	NonScaling bool
+}
+
+// maxBloomExpansion is the largest expansion filter.Scalable supports.
+const maxBloomExpansion = 64
+
+func (p BloomParams) withDefaults() BloomParams {
+	if p.Capacity == 0 {
+		p.Capacity = 100
+	}
+	if p.ErrorRate == 0 {
+		p.ErrorRate = 0.01
+	}
+	if p.Expansion == 0 && !p.NonScaling {
+		p.Expansion = 2
+	}
+	return p
+}
+
+// merge fills the zero fields of p from d.
+func (p BloomParams) merge(d BloomParams) BloomParams {
+	if p.Capacity == 0 {
+		p.Capacity = d.Capacity
+	}
+	if p.ErrorRate == 0 {
+		p.ErrorRate = d.ErrorRate
+	}
+	if p.Expansion == 0 && !p.NonScaling {
+		p.Expansion = d.Expansion
+		p.NonScaling = d.NonScaling
+	}
+	return p
+}
+
+func (p BloomParams) check() error {
+	switch {
+	case !(p.ErrorRate > 0 && p.ErrorRate < 1):
+		return argError("ERR error rate must be in the range (0.000000, 1.000000)")
+	case p.Capacity < 1 || p.Capacity > 1<<30:
+		return argError("ERR capacity must be in the range [1, 1073741824]")
+	case p.Expansion > maxBloomExpansion:
+		return argError(fmt.Sprintf("ERR expansion must be in the range [0, %d]", maxBloomExpansion))
+	}
+	return nil
+}
+
+// predictedBytes estimates the first sub-filter's size before it is built.
+func (p BloomParams) predictedBytes() int64 {
+	sz, err := filter.SizeBloom(p.Capacity, p.ErrorRate/2)
+	if err != nil {
+		return 0
+	}
+	return int64(sz.Bytes())
+}
+
+func (p BloomParams) build() (*filter.Scalable, error) {
+	exp := p.Expansion
+	if p.NonScaling {
+		exp = 0 // filter default; never used without growth
+	}
+	return filter.NewScalable(filter.ScalableConfig{
+		InitialCapacity: p.Capacity,
+		FPRate:          p.ErrorRate,
+		Expansion:       exp,
+		NoScale:         p.NonScaling,
+	})
+}
+
+// BFReserve creates an empty Bloom key. It fails with ErrExists when the
+// key exists.
+func (s *Store) BFReserve(name string, p BloomParams) error {
+	if err := s.checkWrite(); err != nil {
+		return err
+	}
+	if s.sets[name] != nil {
+		return ErrExists
+	}
+	_, err := s.create(name, meta{kind: KindBloom, bloom: p.merge(s.cfg.BloomDefaults)}, true)
+	return err
+}
+
+// BFAdd adds items to the Bloom key name (BF.ADD, BF.MADD, BF.INSERT),
+// creating it with create's parameters (zero fields: the defaults) unless
+// noCreate is set (then a missing key is ErrNotFound). added[i] reports
+// whether item i was new (no earlier item set all its bits). When the
+// filter refuses an item, added ends before it and stop says why
+// (ErrNonScalingFull); later items are not processed. err reports a
+// failure of the whole command (ErrWrongType, ErrNotFound, ErrOOM).
+//
+// On a table-backed set the items are added to its gate (call it before the
+// row's transaction commits); added[i] is true when the gate did not already
+// report the item as maybe present.
+func (s *Store) BFAdd(name string, items [][]byte, create BloomParams, noCreate bool) (added []bool, stop, err error) {
+	if set := s.sets[name]; set != nil {
+		return set.add(items)
+	}
+	if err := s.checkWrite(); err != nil {
+		return nil, nil, err
+	}
+	for {
+		o, err := s.getOrCreate(name, meta{kind: KindBloom, bloom: create.merge(s.cfg.BloomDefaults)}, noCreate)
+		if err != nil {
+			return nil, nil, err
+		}
+		o.mu.Lock()
+		if o.dead {
+			o.mu.Unlock()
+			continue
+		}
+		added, hashes, stop := o.bloomAdd(items)
+		pos, err := s.commit(o, opAdd, hashes)
+		o.mu.Unlock()
+		if err == nil {
+			err = s.waitDurable(pos)
+		}
+		return added, stop, err
+	}
+}
+
+// bloomAdd adds items under o.mu and returns the hashes that were new.
+func (o *object) bloomAdd(items [][]byte) (added []bool, hashes []uint64, stop error) {
+	added = make([]bool, 0, len(items))
+	for _, it := range items {
+		h := o.bf.Hash(it)
+		if o.bf.MayContainHash(h) {
+			added = append(added, false)
+			continue
+		}
+		if err := o.bf.AddHash(h); err != nil {
+			if errors.Is(err, filter.ErrFull) && o.meta.bloom.NonScaling {
+				return added, hashes, ErrNonScalingFull
+			}
+			return added, hashes, ErrBFInsert
+		}
+		o.card.Add(1)
+		hashes = append(hashes, h)
+		added = append(added, true)
+	}
+	return added, hashes, nil
+}
+
+// commit logs the hashes written to o (under o.mu) and updates its size.
+func (s *Store) commit(o *object, op byte, hashes []uint64) (int64, error) {
+	if len(hashes) == 0 {
+		return 0, nil
+	}
+	o.dump = nil
+	s.remeasure(o)
+	r := &record{op: op, name: o.name, hashes: hashes}
+	pos, err := s.logRecord(r)
+	o.lsn = r.lsn
+	return pos, err
+}
+
+// BFExists reports for each item whether the key name may hold it. A
+// missing key, or a key of another kind, holds nothing (RedisBloom's
+// behaviour). A table-backed set that is not ready answers true.
+func (s *Store) BFExists(name string, items [][]byte) []bool {
+	out := make([]bool, len(items))
+	if set := s.sets[name]; set != nil {
+		set.mayContain(items, out)
+		return out
+	}
+	o, kind := s.lookup(name)
+	switch kind {
+	case KindBloom:
+		mayContainMany(o.bf.MayContain, items, out)
+	case KindCuckoo:
+		// RedisBloom treats a key of the wrong type as empty here.
+	}
+	return out
+}
+
+// mayContainMany answers a batch of lookups. It is the one place to switch
+// to a batched lookup.
+func mayContainMany(mayContain func([]byte) bool, items [][]byte, out []bool) {
+	for i, it := range items {
+		out[i] = mayContain(it)
+	}
+}
+
+// BFCard returns the number of items added to the Bloom key that were new
+// (0 for a missing key).
+func (s *Store) BFCard(name string) (uint64, error) {
+	if set := s.sets[name]; set != nil {
+		return set.gate.Stats().Filter.Items, nil
+	}
+	o, kind := s.lookup(name)
+	switch kind {
+	case KindNone:
+		return 0, nil
+	case KindBloom:
+		return o.card.Load(), nil
+	}
+	return 0, ErrWrongType
+}
+
+// BloomInfo is BF.INFO's reply.
+type BloomInfo struct {
+	Capacity uint64 // keys all sub-filters hold together
+	Size     uint64 // bytes of the sub-filters' tables
+	Filters  int    // sub-filters
+	Items    uint64 // items added that were new (BF.CARD)
+	// Expansion is the growth factor; 0 for a non-scaling filter
+	// (BF.INFO replies nil).
+	Expansion uint32
+}
+
+// BFInfo describes the Bloom key name.
+func (s *Store) BFInfo(name string) (BloomInfo, error) {
+	if set := s.sets[name]; set != nil {
+		st := set.gate.Stats().Filter
+		return BloomInfo{Capacity: st.Capacity, Size: st.Bytes, Filters: 1, Items: st.Items}, nil
+	}
+	o, kind := s.lookup(name)
+	switch kind {
+	case KindNone:
+		return BloomInfo{}, ErrNotFound
+	case KindCuckoo:
+		return BloomInfo{}, ErrWrongType
+	}
+	st := o.bf.Stats()
+	info := BloomInfo{Capacity: st.Capacity, Size: st.Bytes, Filters: o.bf.Filters(), Items: o.card.Load()}
+	if !o.meta.bloom.NonScaling {
+		info.Expansion = o.meta.bloom.Expansion
+	}
+	return info, nil
+}

@@ -1,0 +1,310 @@
+package serve
+
+import "github.com/bloomgate/bloomgate/filter"
+
+// CuckooParams are the parameters of a cuckoo key (CF.RESERVE, CF.INSERT).
+// The zero value of a field means its default (Config.CuckooDefaults, whose
+// own defaults are RedisBloom's).
+type CuckooParams struct {
+	// Capacity is the number of items the first sub-filter accepts.
+	// Default: 1024.
+	Capacity uint64
+	// BucketSize is the number of fingerprints per bucket, 1 to 255 as in
+	// RedisBloom; the filter uses the next of 2, 4 or 8 at or above it (8
+	// for anything above 4). Default: 2.
+	BucketSize int
+	// MaxIterations bounds the relocations one insert makes. Default: 20.
+	MaxIterations int
+	// Expansion is RedisBloom's expansion factor: 0 means the filter never
+	// grows (a full filter refuses items); any other value lets it grow,
+	// each new sub-filter twice the size of the one before, up to
+	// maxCuckooFilters sub-filters. It is reported by CF.INFO as given.
+	// Default: 1. Set NoExpansion for 0.
+	Expansion int
+	// NoExpansion means Expansion 0 (a zero Expansion means the default).
+	NoExpansion bool
+}
+
+// maxCuckooFilters is the number of sub-filters a growing cuckoo key may
+// have. RedisBloom's cf-max-expansions is 32; filter.Cuckoo gives each
+// sub-filter one more fingerprint bit, and 20 keep them within 32 bits.
+const maxCuckooFilters = 20
+
+func (p CuckooParams) withDefaults() CuckooParams {
+	if p.BucketSize == 0 {
+		p.BucketSize = 2
+	}
+	if p.Capacity == 0 {
+		p.Capacity = 1024
+	}
+	if p.MaxIterations == 0 {
+		p.MaxIterations = 20
+	}
+	if p.Expansion == 0 && !p.NoExpansion {
+		p.Expansion = 1
+	}
+	return p
+}
+
+func (p CuckooParams) merge(d CuckooParams) CuckooParams {
+	if p.BucketSize == 0 {
+		p.BucketSize = d.BucketSize
+	}
+	if p.Capacity == 0 {
+		p.Capacity = d.Capacity
+	}
+	if p.MaxIterations == 0 {
+		p.MaxIterations = d.MaxIterations
+	}
+	if p.Expansion == 0 && !p.NoExpansion {
+		p.Expansion, p.NoExpansion = d.Expansion, d.NoExpansion
+	}
+	return p
+}
+
+func (p CuckooParams) check() error {
+	switch {
+	case p.BucketSize < 1 || p.BucketSize > 255:
+		return argError("BUCKETSIZE: value must be in the range [1, 255]")
+	case p.MaxIterations < 1 || p.MaxIterations > 65535:
+		return argError("MAXITERATIONS: value must be in the range [1, 65535]")
+	case p.Expansion < 0 || p.Expansion > 32768:
+		return argError("EXPANSION: value must be in the range [0, 32768]")
+	case p.Capacity < 2*uint64(p.BucketSize) || p.Capacity > 1<<30:
+		return argError("Capacity must be in the range [2 * BUCKETSIZE, 1073741824]")
+	}
+	return nil
+}
+
+// bucketSize is the bucket size the filter uses for p.BucketSize.
+func (p CuckooParams) bucketSize() int {
+	switch {
+	case p.BucketSize <= 2:
+		return 2
+	case p.BucketSize <= 4:
+		return 4
+	}
+	return 8
+}
+
+func (p CuckooParams) maxFilters() int {
+	if p.Expansion == 0 {
+		return 1
+	}
+	return maxCuckooFilters
+}
+
+// predictedBytes is a generous estimate of the first sub-filter's size.
+func (p CuckooParams) predictedBytes() int64 { return int64(p.Capacity) * 2 }
+
+func (p CuckooParams) build() (*filter.Cuckoo, error) {
+	b := p.bucketSize()
+	return filter.NewCuckoo(filter.CuckooConfig{
+		Capacity: p.Capacity,
+		// RedisBloom's 8-bit fingerprints give about 2b/255.
+		FPRate:     2 * float64(b) / 255,
+		BucketSize: b,
+		MaxKicks:   p.MaxIterations,
+		MaxFilters: p.maxFilters(),
+	})
+}
+
+// CFReserve creates an empty cuckoo key. It fails with ErrExists when the
+// key exists.
+func (s *Store) CFReserve(name string, p CuckooParams) error {
+	if err := s.checkWrite(); err != nil {
+		return err
+	}
+	if s.sets[name] != nil {
+		return ErrExists
+	}
+	_, err := s.create(name, meta{kind: KindCuckoo, cuckoo: p.merge(s.cfg.CuckooDefaults)}, true)
+	return err
+}
+
+// CFAdd inserts items into the cuckoo key name (CF.ADD, CF.ADDNX,
+// CF.INSERT, CF.INSERTNX), creating it with create's parameters unless
+// noCreate is set. With nx, an item the filter may already hold is not
+// inserted. res[i] is 1 when item i was inserted, 0 when it was skipped (nx)
+// and -1 when the filter had no room; full is then ErrCFFull or
+// ErrCFMaxExpansion, for single-item commands.
+//
+// On a table-backed set the items are added to its gate: res[i] is 1, or 0
+// with nx when the gate already reports the item as maybe present.
+func (s *Store) CFAdd(name string, items [][]byte, create CuckooParams, noCreate, nx bool) (res []int, full, err error) {
+	if set := s.sets[name]; set != nil {
+		return set.addCuckoo(items, nx)
+	}
+	if err := s.checkWrite(); err != nil {
+		return nil, nil, err
+	}
+	for {
+		o, err := s.getOrCreate(name, meta{kind: KindCuckoo, cuckoo: create.merge(s.cfg.CuckooDefaults)}, noCreate)
+		if err != nil {
+			return nil, nil, err
+		}
+		o.mu.Lock()
+		if o.dead {
+			o.mu.Unlock()
+			continue
+		}
+		res, hashes, full := o.cuckooAdd(items, nx)
+		pos, err := s.commit(o, opAdd, hashes)
+		o.mu.Unlock()
+		if err == nil {
+			err = s.waitDurable(pos)
+		}
+		return res, full, err
+	}
+}
+
+func (o *object) cuckooAdd(items [][]byte, nx bool) (res []int, hashes []uint64, full error) {
+	res = make([]int, len(items))
+	seed := o.cf.Seed()
+	for i, it := range items {
+		h := filter.Hash(it, seed)
+		if nx && o.cf.MayContainHash(h) {
+			continue
+		}
+		if err := o.cf.AddHash(h); err != nil {
+			res[i] = -1
+			full = ErrCFFull
+			if o.meta.cuckoo.maxFilters() > 1 {
+				full = ErrCFMaxExpansion
+			}
+			continue
+		}
+		o.card.Add(1)
+		res[i] = 1
+		hashes = append(hashes, h)
+	}
+	return res, hashes, full
+}
+
+// CFExists reports for each item whether the cuckoo key name may hold it.
+// A missing key or one of another kind holds nothing (RedisBloom's
+// behaviour); a table-backed set that is not ready answers true.
+func (s *Store) CFExists(name string, items [][]byte) []bool {
+	out := make([]bool, len(items))
+	if set := s.sets[name]; set != nil {
+		set.mayContain(items, out)
+		return out
+	}
+	if o, kind := s.lookup(name); kind == KindCuckoo {
+		mayContainMany(o.cf.MayContain, items, out)
+	}
+	return out
+}
+
+// CFCount returns how many copies of item the cuckoo key may hold (it can
+// overcount, never undercount). A missing key or one of another kind gives
+// 0; a table-backed set gives 1 when the item may be present.
+func (s *Store) CFCount(name string, item []byte) int {
+	if set := s.sets[name]; set != nil {
+		out := make([]bool, 1)
+		set.mayContain([][]byte{item}, out)
+		if out[0] {
+			return 1
+		}
+		return 0
+	}
+	if o, kind := s.lookup(name); kind == KindCuckoo {
+		return o.cf.Count(item)
+	}
+	return 0
+}
+
+// CFDel removes one copy of item from the cuckoo key name and reports
+// whether it did. A missing key is ErrCFNotFound. When the filter cannot
+// tell the item's copy from another item's (a fingerprint match in more than
+// one sub-filter), nothing is removed and CFDel returns false, so no other
+// item becomes a false negative.
+//
+// On a table-backed set it removes the item from the gate when the gate's
+// filter can remove keys, and returns false when it cannot.
+func (s *Store) CFDel(name string, item []byte) (bool, error) {
+	if set := s.sets[name]; set != nil {
+		return set.remove(item)
+	}
+	if s.closed.Load() {
+		return false, ErrClosed
+	}
+	for {
+		o, kind := s.lookup(name)
+		switch kind {
+		case KindNone:
+			return false, ErrCFNotFound
+		case KindBloom:
+			return false, ErrWrongType
+		}
+		o.mu.Lock()
+		if o.dead {
+			o.mu.Unlock()
+			continue
+		}
+		h := filter.Hash(item, o.cf.Seed())
+		if err := o.cf.RemoveHash(h); err != nil {
+			o.mu.Unlock()
+			return false, nil
+		}
+		o.deletes.Add(1)
+		pos, err := s.commit(o, opRemove, []uint64{h})
+		o.mu.Unlock()
+		if err == nil {
+			err = s.waitDurable(pos)
+		}
+		return err == nil, err
+	}
+}
+
+// CuckooInfo is CF.INFO's reply.
+type CuckooInfo struct {
+	Capacity      uint64 // items all sub-filters accept together
+	Size          uint64 // bytes of the tables
+	Buckets       uint64 // buckets in all sub-filters
+	Filters       int    // sub-filters
+	Inserted      uint64 // successful inserts
+	Deleted       uint64 // successful deletes
+	BucketSize    int    // slots per bucket in use (2, 4 or 8)
+	Expansion     int    // as created
+	MaxIterations int
+}
+
+// CFInfo describes the cuckoo key name.
+func (s *Store) CFInfo(name string) (CuckooInfo, error) {
+	if s.sets[name] != nil {
+		return CuckooInfo{}, ErrWrongType
+	}
+	o, kind := s.lookup(name)
+	switch kind {
+	case KindNone:
+		return CuckooInfo{}, ErrNotFound
+	case KindBloom:
+		return CuckooInfo{}, ErrWrongType
+	}
+	st := o.cf.Stats()
+	b := o.cf.BucketSize()
+	// Sub-filter i has about 2^i times the buckets of the first; its slots
+	// are FingerprintBits()[i] wide. Exact for one sub-filter.
+	fps := o.cf.FingerprintBits()
+	var weighted uint64
+	for i, f := range fps {
+		weighted += uint64(f) << i
+	}
+	var buckets uint64
+	if weighted > 0 {
+		first := st.Bits / (uint64(b) * weighted)
+		buckets = first * ((1 << len(fps)) - 1)
+	}
+	return CuckooInfo{
+		Capacity:      st.Capacity,
+		Size:          st.Bytes,
+		Buckets:       buckets,
+		Filters:       len(fps),
+		Inserted:      o.card.Load(),
+		Deleted:       o.deletes.Load(),
+		BucketSize:    b,
+		Expansion:     o.meta.cuckoo.Expansion,
+		MaxIterations: o.meta.cuckoo.MaxIterations,
+	}, nil
+}

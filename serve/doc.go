@@ -1,0 +1,24 @@
+// Package serve is the core of `bloomgate serve`: a keyspace of named
+// filters that the Redis protocol (package serve/resp) and the HTTP API
+// (package serve/httpapi) expose.
+//
+// The keyspace holds two kinds of key:
+//
+//   - Standalone filters, created by clients as with RedisBloom: a Bloom key
+//     (BF.*) is a scalable Bloom filter (filter.Scalable), a cuckoo key (CF.*)
+//     a cuckoo filter (filter.Cuckoo). They are durable when Config.DataDir is
+//     set: every write is appended to a log before it is acknowledged, with an
+//     fsync policy like Redis' appendfsync (see Fsync), and snapshots of the
+//     whole keyspace are written atomically, periodically and on Close, after
+//     which the log is compacted. Open loads the snapshot and replays the log.
+//   - Table-backed sets, declared in Config.Sets: a bloomgate.Gate each, built
+//     from a table (PostgreSQL or SQLite) and kept fresh by the gate. Their
+//     filters are rebuilt from the table at start, not stored on disk. A set
+//     that is not ready answers "maybe" (true) for every key: it never gives a
+//     false negative.
+//
+// A Store is safe for concurrent use. Lock order: Store.snapMu, then
+// Store.mu, then object.mu, then appendLog.syncMu, then appendLog.mu. Writes
+// wait for an fsync (FsyncAlways) only after releasing Store.mu and
+// object.mu.
+package serve

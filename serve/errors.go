@@ -1,0 +1,45 @@
+package serve
+
+import "errors"
+
+// Error is an error with the exact text RedisBloom replies with (without the
+// RESP "-" prefix) and a stable code for the HTTP API. Errors are compared
+// with errors.Is against the sentinels below.
+type Error struct {
+	// Code is the stable, machine-readable name used by the HTTP API.
+	Code string
+	// Msg is the reply text on the Redis protocol.
+	Msg string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Sentinel errors. Their Msg is RedisBloom's reply text, byte for byte where
+// RedisBloom defines one.
+var (
+	ErrNotFound       = &Error{"not_found", "ERR not found"}
+	ErrCFNotFound     = &Error{"not_found", "Not found"}
+	ErrExists         = &Error{"exists", "ERR item exists"}
+	ErrWrongType      = &Error{"wrong_type", "WRONGTYPE Operation against a key holding the wrong kind of value"}
+	ErrNonScalingFull = &Error{"full", "ERR non scaling filter is full"}
+	ErrBFInsert       = &Error{"full", "ERR problem inserting into filter"}
+	ErrCFFull         = &Error{"full", "Filter is full"}
+	ErrCFMaxExpansion = &Error{"full", "Maximum expansions reached"}
+	ErrOOM            = &Error{"oom", "OOM command not allowed when used memory > 'maxmemory'."}
+	ErrSetReadOnly    = &Error{"read_only", "ERR table-backed set cannot be created, deleted or restored"}
+	ErrNotSet         = &Error{"not_set", "ERR no such table-backed set"}
+	ErrLoading        = &Error{"loading", "ERR filter is being restored with LOADCHUNK"}
+	ErrBadData        = &Error{"bad_data", "ERR received bad data"}
+	ErrClosed         = &Error{"closed", "ERR server is shutting down"}
+	ErrNoConfirm      = &Error{"no_confirm", "ERR set has no confirm query"}
+	ErrRemoveFailed   = &Error{"remove_unsupported", "ERR filter cannot remove keys"}
+)
+
+// argError returns an *Error for a bad argument with RedisBloom's text.
+func argError(msg string) error { return &Error{"bad_argument", msg} }
+
+// IsArgError reports whether err is a bad-argument error.
+func IsArgError(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == "bad_argument"
+}

@@ -1,0 +1,402 @@
+// Package httpapi serves a serve.Store over HTTP: JSON under /v1, Prometheus
+// metrics on /metrics, and /healthz and /readyz probes.
+//
+// Routes (name is a standalone filter or a table-backed set):
+//
+//	GET    /v1/sets                       every key with its kind and stats
+//	GET    /v1/sets/{name}                one key's stats
+//	PUT    /v1/sets/{name}                create a standalone filter (body: FilterSpec)
+//	DELETE /v1/sets/{name}                delete a standalone filter
+//	GET    /v1/sets/{name}/contains?key=K {"key":K,"may_contain":bool}
+//	POST   /v1/sets/{name}/contains       body {"keys":[…]} → {"results":[bool…]}
+//	GET    /v1/sets/{name}/exists?key=K   exact (the confirm path): {"key":K,"exists":bool}
+//	POST   /v1/sets/{name}/keys           add, body {"keys":[…]} → {"added":[bool…]}
+//	DELETE /v1/sets/{name}/keys?key=K     remove (cuckoo filters): {"removed":bool}
+//
+// A table-backed set that is not ready answers may_contain true. Errors are
+// {"error":{"code":C,"message":M}} with a stable code (see serve.Error; plus
+// "bad_request", "unauthorized", "method_not_allowed"). With a Token, every
+// route but /healthz and /readyz needs "Authorization: Bearer <token>".
+package httpapi
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/bloomgate/bloomgate/serve"
+)
+
+// Config configures Handler.
+type Config struct {
+	// Store is the keyspace served. Required.
+	Store *serve.Store
+	// Token, if set, is the bearer token every route but the probes needs.
+	Token string
+	// Gatherer serves /metrics. Default: none (404).
+	Gatherer prometheus.Gatherer
+	// MaxBodyBytes bounds a request body. Default: 16 MiB.
+	MaxBodyBytes int64
+}
+
+// FilterSpec is the body of PUT /v1/sets/{name}. Zero fields take
+// RedisBloom's defaults (see serve.BloomParams and serve.CuckooParams).
+type FilterSpec struct {
+	Kind       string  `json:"kind"` // "bloom" (default) or "cuckoo"
+	Capacity   uint64  `json:"capacity"`
+	ErrorRate  float64 `json:"error_rate"` // bloom
+	Expansion  int     `json:"expansion"`
+	NonScaling bool    `json:"nonscaling"`  // bloom: never grow
+	BucketSize int     `json:"bucket_size"` // cuckoo
+}
+
+// SetInfo describes one key in GET /v1/sets.
+type SetInfo struct {
+	Name  string `json:"name"`
+	Kind  string `json:"kind"` // bloom, cuckoo or set (table-backed)
+	Ready bool   `json:"ready"`
+	// State is a table-backed set's gate state (and Reason outside ready).
+	State  string `json:"state,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Filter is the set's filter kind: bloom or cuckoo.
+	Filter         string  `json:"filter,omitempty"`
+	Capacity       uint64  `json:"capacity"`
+	Items          uint64  `json:"items"`
+	Bytes          uint64  `json:"bytes"`
+	Filters        int     `json:"filters,omitempty"`
+	Lookups        uint64  `json:"lookups,omitempty"`
+	Absent         uint64  `json:"absent,omitempty"`
+	FailOpen       uint64  `json:"fail_open,omitempty"`
+	Confirms       uint64  `json:"confirms,omitempty"`
+	ObservedFP     uint64  `json:"observed_false_positives,omitempty"`
+	ObservedFPRate float64 `json:"observed_fp_rate,omitempty"`
+	HasConfirm     bool    `json:"has_confirm,omitempty"`
+}
+
+type api struct {
+	cfg   Config
+	store *serve.Store
+}
+
+// Handler returns the HTTP handler.
+func Handler(cfg Config) http.Handler {
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = 16 << 20
+	}
+	a := &api{cfg: cfg, store: cfg.Store}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", a.readyz)
+	if cfg.Gatherer != nil {
+		mux.Handle("GET /metrics", a.auth(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
+	}
+	mux.Handle("GET /v1/sets", a.auth(http.HandlerFunc(a.list)))
+	mux.Handle("GET /v1/sets/{name}", a.auth(http.HandlerFunc(a.get)))
+	mux.Handle("PUT /v1/sets/{name}", a.auth(http.HandlerFunc(a.create)))
+	mux.Handle("DELETE /v1/sets/{name}", a.auth(http.HandlerFunc(a.del)))
+	mux.Handle("GET /v1/sets/{name}/contains", a.auth(http.HandlerFunc(a.contains)))
+	mux.Handle("POST /v1/sets/{name}/contains", a.auth(http.HandlerFunc(a.containsMany)))
+	mux.Handle("GET /v1/sets/{name}/exists", a.auth(http.HandlerFunc(a.exists)))
+	mux.Handle("POST /v1/sets/{name}/keys", a.auth(http.HandlerFunc(a.add)))
+	mux.Handle("DELETE /v1/sets/{name}/keys", a.auth(http.HandlerFunc(a.remove)))
+	mux.Handle("/", a.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "no such route")
+	})))
+	return mux
+}
+
+func (a *api) auth(h http.Handler) http.Handler {
+	if a.cfg.Token == "" {
+		return h
+	}
+	want := []byte("Bearer " + a.cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="bloomgate"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
+}
+
+// statusOf maps a serve.Error code to an HTTP status.
+var statusOf = map[string]int{
+	"not_found":          http.StatusNotFound,
+	"not_set":            http.StatusNotFound,
+	"exists":             http.StatusConflict,
+	"wrong_type":         http.StatusConflict,
+	"full":               http.StatusInsufficientStorage,
+	"oom":                http.StatusInsufficientStorage,
+	"read_only":          http.StatusForbidden,
+	"bad_argument":       http.StatusBadRequest,
+	"no_confirm":         http.StatusBadRequest,
+	"remove_unsupported": http.StatusConflict,
+	"closed":             http.StatusServiceUnavailable,
+	"loading":            http.StatusConflict,
+	"confirm_failed":     http.StatusBadGateway,
+}
+
+func writeServeError(w http.ResponseWriter, err error) {
+	var se *serve.Error
+	if errors.As(err, &se) {
+		status := statusOf[se.Code]
+		if status == 0 {
+			status = http.StatusInternalServerError
+		}
+		writeError(w, status, se.Code, se.Msg)
+		return
+	}
+	writeError(w, http.StatusInternalServerError, "internal", err.Error())
+}
+
+func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
+	sets := map[string]string{}
+	for _, s := range a.store.Sets() {
+		st, _ := s.Stats().State, ""
+		sets[s.Name()] = st.String()
+	}
+	status := http.StatusOK
+	ready := a.store.Ready()
+	if !ready {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, map[string]any{"ready": ready, "sets": sets})
+}
+
+func (a *api) info(name string) (SetInfo, bool) {
+	if s := a.store.Set(name); s != nil {
+		st := s.Stats()
+		return SetInfo{
+			Name: name, Kind: "set", Ready: s.Ready(), State: st.State.String(), Reason: st.Reason,
+			Filter: s.Kind(), Capacity: st.Filter.Capacity, Items: st.Filter.Items, Bytes: st.Filter.Bytes,
+			Lookups: st.Lookups, Absent: st.Absent, FailOpen: st.FailOpen, Confirms: s.Confirms(),
+			ObservedFP: st.EmptyFetches, ObservedFPRate: st.ObservedFPRate, HasConfirm: s.HasConfirm(),
+		}, true
+	}
+	switch a.store.Type(name) {
+	case serve.KindBloom:
+		bi, err := a.store.BFInfo(name)
+		if err != nil {
+			return SetInfo{}, false
+		}
+		return SetInfo{Name: name, Kind: "bloom", Ready: true, Capacity: bi.Capacity, Items: bi.Items, Bytes: bi.Size, Filters: bi.Filters}, true
+	case serve.KindCuckoo:
+		ci, err := a.store.CFInfo(name)
+		if err != nil {
+			return SetInfo{}, false
+		}
+		return SetInfo{Name: name, Kind: "cuckoo", Ready: true, Capacity: ci.Capacity, Items: ci.Inserted - min(ci.Deleted, ci.Inserted), Bytes: ci.Size, Filters: ci.Filters}, true
+	}
+	return SetInfo{}, false
+}
+
+func (a *api) list(w http.ResponseWriter, r *http.Request) {
+	out := []SetInfo{}
+	for _, name := range a.store.Keys() {
+		if info, ok := a.info(name); ok {
+			out = append(out, info)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sets": out})
+}
+
+func (a *api) get(w http.ResponseWriter, r *http.Request) {
+	info, ok := a.info(r.PathValue("name"))
+	if !ok {
+		writeServeError(w, serve.ErrNotFound)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "bad JSON body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func (a *api) create(w http.ResponseWriter, r *http.Request) {
+	var spec FilterSpec
+	if !a.decode(w, r, &spec) {
+		return
+	}
+	name := r.PathValue("name")
+	var err error
+	switch strings.ToLower(spec.Kind) {
+	case "", "bloom":
+		p := serve.BloomParams{Capacity: spec.Capacity, ErrorRate: spec.ErrorRate, NonScaling: spec.NonScaling}
+		if spec.Expansion < 0 {
+			writeError(w, http.StatusBadRequest, "bad_argument", "expansion must be >= 0")
+			return
+		}
+		p.Expansion = uint32(min(spec.Expansion, 1<<20))
+		if p.NonScaling {
+			p.Expansion = 0
+		}
+		err = a.store.BFReserve(name, p)
+	case "cuckoo":
+		p := serve.CuckooParams{Capacity: spec.Capacity, BucketSize: spec.BucketSize, Expansion: spec.Expansion}
+		err = a.store.CFReserve(name, p)
+	default:
+		writeError(w, http.StatusBadRequest, "bad_argument", "kind must be bloom or cuckoo")
+		return
+	}
+	if err != nil {
+		writeServeError(w, err)
+		return
+	}
+	info, _ := a.info(name)
+	writeJSON(w, http.StatusCreated, info)
+}
+
+func (a *api) del(w http.ResponseWriter, r *http.Request) {
+	n, err := a.store.Del([]string{r.PathValue("name")})
+	if err != nil {
+		writeServeError(w, err)
+		return
+	}
+	if n == 0 {
+		writeServeError(w, serve.ErrNotFound)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"deleted": true})
+}
+
+// mayContain answers for any kind of key.
+func (a *api) mayContain(name string, keys [][]byte) []bool {
+	if a.store.Type(name) == serve.KindCuckoo {
+		return a.store.CFExists(name, keys)
+	}
+	return a.store.BFExists(name, keys)
+}
+
+func keyParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	if !r.URL.Query().Has("key") {
+		writeError(w, http.StatusBadRequest, "bad_request", "query parameter key is required")
+		return "", false
+	}
+	return r.URL.Query().Get("key"), true
+}
+
+func (a *api) contains(w http.ResponseWriter, r *http.Request) {
+	key, ok := keyParam(w, r)
+	if !ok {
+		return
+	}
+	res := a.mayContain(r.PathValue("name"), [][]byte{[]byte(key)})
+	writeJSON(w, http.StatusOK, map[string]any{"key": key, "may_contain": res[0]})
+}
+
+type keysBody struct {
+	Keys []string `json:"keys"`
+}
+
+func toBytes(keys []string) [][]byte {
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = []byte(k)
+	}
+	return out
+}
+
+func (a *api) containsMany(w http.ResponseWriter, r *http.Request) {
+	var body keysBody
+	if !a.decode(w, r, &body) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": a.mayContain(r.PathValue("name"), toBytes(body.Keys))})
+}
+
+func (a *api) exists(w http.ResponseWriter, r *http.Request) {
+	key, ok := keyParam(w, r)
+	if !ok {
+		return
+	}
+	found, err := a.store.BGExists(r.Context(), r.PathValue("name"), key)
+	if err != nil {
+		writeServeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"key": key, "exists": found})
+}
+
+func (a *api) add(w http.ResponseWriter, r *http.Request) {
+	var body keysBody
+	if !a.decode(w, r, &body) {
+		return
+	}
+	name := r.PathValue("name")
+	keys := toBytes(body.Keys)
+	if a.store.Type(name) == serve.KindCuckoo {
+		res, full, err := a.store.CFAdd(name, keys, serve.CuckooParams{}, true, false)
+		if err != nil {
+			writeServeError(w, err)
+			return
+		}
+		added := make([]bool, len(res))
+		for i, v := range res {
+			added[i] = v == 1
+		}
+		if full != nil {
+			writeJSON(w, http.StatusInsufficientStorage, map[string]any{"added": added,
+				"error": map[string]string{"code": "full", "message": full.Error()}})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"added": added})
+		return
+	}
+	added, stop, err := a.store.BFAdd(name, keys, serve.BloomParams{}, true)
+	if err != nil {
+		writeServeError(w, err)
+		return
+	}
+	if stop != nil {
+		writeJSON(w, http.StatusInsufficientStorage, map[string]any{"added": added,
+			"error": map[string]string{"code": "full", "message": stop.Error()}})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"added": added})
+}
+
+func (a *api) remove(w http.ResponseWriter, r *http.Request) {
+	key, ok := keyParam(w, r)
+	if !ok {
+		return
+	}
+	name := r.PathValue("name")
+	if a.store.Type(name) == serve.KindBloom {
+		writeServeError(w, serve.ErrRemoveFailed)
+		return
+	}
+	removed, err := a.store.CFDel(name, []byte(key))
+	if err != nil {
+		if errors.Is(err, serve.ErrCFNotFound) {
+			err = serve.ErrNotFound
+		}
+		writeServeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"removed": removed})
+}

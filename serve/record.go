@@ -1,0 +1,263 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+
+	"github.com/bloomgate/bloomgate/filter"
+)
+
+// Log records and snapshot entries share one encoding, little-endian:
+//
+//	u64 lsn | u8 op | u32 name length | name | body
+//
+// with the body by op:
+//
+//	opCreate  meta
+//	opAdd     u32 n | n × u64 key hash (filter.Hash, the filter's seed)
+//	opRemove  u32 n | n × u64 key hash
+//	opDel     (empty)
+//	opPut     meta | u64 card | u64 deletes | the filter (its WriteTo format)
+//
+// and meta:
+//
+//	u8 kind | Bloom:  u64 capacity | f64 error rate | u32 expansion | u8 non-scaling
+//	        | cuckoo: u64 capacity | u32 bucket size | u32 max iterations | u32 expansion | u8 no-expansion
+//
+// In the log each record is framed as u64 payload length | u32 CRC-32C of
+// the payload | payload.
+const (
+	opCreate byte = 1
+	opAdd    byte = 2
+	opRemove byte = 3
+	opDel    byte = 4
+	opPut    byte = 5
+)
+
+// recordHeaderLen is the frame header: length and checksum.
+const recordHeaderLen = 12
+
+// errBadRecord reports a record that does not decode.
+var errBadRecord = errors.New("serve: malformed record")
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+type record struct {
+	lsn    uint64
+	op     byte
+	name   string
+	meta   meta
+	hashes []uint64
+	// opPut
+	card, deletes uint64
+	filter        []byte
+}
+
+// appendFrame appends r framed for the log.
+func (r *record) appendFrame(dst []byte) []byte {
+	start := len(dst)
+	dst = append(dst, make([]byte, recordHeaderLen)...)
+	dst = r.appendPayload(dst)
+	payload := dst[start+recordHeaderLen:]
+	binary.LittleEndian.PutUint64(dst[start:], uint64(len(payload)))
+	binary.LittleEndian.PutUint32(dst[start+8:], crc32.Checksum(payload, castagnoli))
+	return dst
+}
+
+func (r *record) appendPayload(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint64(b, r.lsn)
+	b = append(b, r.op)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(r.name)))
+	b = append(b, r.name...)
+	switch r.op {
+	case opCreate:
+		b = appendMeta(b, r.meta)
+	case opAdd, opRemove:
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(r.hashes)))
+		for _, h := range r.hashes {
+			b = binary.LittleEndian.AppendUint64(b, h)
+		}
+	case opPut:
+		b = appendMeta(b, r.meta)
+		b = binary.LittleEndian.AppendUint64(b, r.card)
+		b = binary.LittleEndian.AppendUint64(b, r.deletes)
+		b = append(b, r.filter...)
+	}
+	return b
+}
+
+func appendMeta(b []byte, m meta) []byte {
+	b = append(b, byte(m.kind))
+	if m.kind == KindBloom {
+		b = binary.LittleEndian.AppendUint64(b, m.bloom.Capacity)
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(m.bloom.ErrorRate))
+		b = binary.LittleEndian.AppendUint32(b, m.bloom.Expansion)
+		return append(b, boolByte(m.bloom.NonScaling))
+	}
+	b = binary.LittleEndian.AppendUint64(b, m.cuckoo.Capacity)
+	b = binary.LittleEndian.AppendUint32(b, uint32(m.cuckoo.BucketSize))
+	b = binary.LittleEndian.AppendUint32(b, uint32(m.cuckoo.MaxIterations))
+	b = binary.LittleEndian.AppendUint32(b, uint32(m.cuckoo.Expansion))
+	return append(b, boolByte(m.cuckoo.NoExpansion))
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// decoder reads little-endian fields and remembers the first shortfall.
+type decoder struct {
+	b   []byte
+	bad bool
+}
+
+func (d *decoder) take(n uint64) []byte {
+	if d.bad || n > uint64(len(d.b)) {
+		d.bad = true
+		return nil
+	}
+	out := d.b[:n]
+	d.b = d.b[n:]
+	return out
+}
+
+func (d *decoder) u8() byte {
+	if b := d.take(1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (d *decoder) u32() uint32 {
+	if b := d.take(4); b != nil {
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (d *decoder) u64() uint64 {
+	if b := d.take(8); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+// decodePayload decodes a record payload. It validates parameters, so a
+// decoded create or put can be built without surprises.
+func decodePayload(b []byte) (*record, error) {
+	d := &decoder{b: b}
+	r := &record{lsn: d.u64(), op: d.u8()}
+	r.name = string(d.take(uint64(d.u32())))
+	switch r.op {
+	case opCreate:
+		r.meta = d.meta()
+	case opAdd, opRemove:
+		n := uint64(d.u32())
+		if n > uint64(len(d.b))/8 {
+			return nil, fmt.Errorf("%w: %d hashes in %d bytes", errBadRecord, n, len(d.b))
+		}
+		r.hashes = make([]uint64, n)
+		for i := range r.hashes {
+			r.hashes[i] = d.u64()
+		}
+	case opDel:
+	case opPut:
+		r.meta = d.meta()
+		r.card = d.u64()
+		r.deletes = d.u64()
+		r.filter = d.b
+		d.b = nil
+	default:
+		return nil, fmt.Errorf("%w: unknown op %d", errBadRecord, r.op)
+	}
+	if d.bad {
+		return nil, fmt.Errorf("%w: truncated", errBadRecord)
+	}
+	if len(d.b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", errBadRecord, len(d.b))
+	}
+	if r.op == opCreate || r.op == opPut {
+		if err := r.meta.check(); err != nil {
+			return nil, fmt.Errorf("%w: %v", errBadRecord, err)
+		}
+	}
+	return r, nil
+}
+
+func (d *decoder) meta() meta {
+	m := meta{kind: Kind(d.u8())}
+	switch m.kind {
+	case KindBloom:
+		m.bloom.Capacity = d.u64()
+		m.bloom.ErrorRate = math.Float64frombits(d.u64())
+		m.bloom.Expansion = d.u32()
+		m.bloom.NonScaling = d.u8() != 0
+		if !m.bloom.NonScaling && m.bloom.Expansion == 0 {
+			d.bad = true
+		}
+	case KindCuckoo:
+		m.cuckoo.Capacity = d.u64()
+		m.cuckoo.BucketSize = int(d.u32())
+		m.cuckoo.MaxIterations = int(d.u32())
+		m.cuckoo.Expansion = int(d.u32())
+		m.cuckoo.NoExpansion = d.u8() != 0
+	default:
+		d.bad = true
+	}
+	return m
+}
+
+// encodeFilter returns o's filter in its binary format. Call with o.mu held.
+func (o *object) encodeFilter() ([]byte, error) {
+	var buf bytes.Buffer
+	var err error
+	if o.bf != nil {
+		_, err = o.bf.WriteTo(&buf)
+	} else {
+		_, err = o.cf.WriteTo(&buf)
+	}
+	return buf.Bytes(), err
+}
+
+// putRecord returns a record that recreates o as it is. Call with o.mu held.
+func (o *object) putRecord() (*record, error) {
+	data, err := o.encodeFilter()
+	if err != nil {
+		return nil, err
+	}
+	return &record{lsn: o.lsn, op: opPut, name: o.name, meta: o.meta,
+		card: o.card.Load(), deletes: o.deletes.Load(), filter: data}, nil
+}
+
+// objectFromPut decodes the filter of an opPut record.
+func objectFromPut(r *record, maxBytes int64) (*object, error) {
+	cfg := filter.DecodeConfig{MaxBytes: uint64(maxBytes)}
+	var o *object
+	switch r.meta.kind {
+	case KindBloom:
+		bf, err := filter.DecodeScalable(bytes.NewReader(r.filter), cfg)
+		if err != nil {
+			return nil, err
+		}
+		o = objectFrom(r.name, r.meta, bf, nil)
+	case KindCuckoo:
+		cf, err := filter.DecodeCuckoo(bytes.NewReader(r.filter), cfg)
+		if err != nil {
+			return nil, err
+		}
+		o = objectFrom(r.name, r.meta, nil, cf)
+	default:
+		return nil, errBadRecord
+	}
+	o.card.Store(r.card)
+	o.deletes.Store(r.deletes)
+	o.lsn = r.lsn
+	return o, nil
+}

@@ -1,0 +1,314 @@
+// Package resp serves a serve.Store over the Redis protocol: RESP2, and RESP3
+// after HELLO 3, with RedisBloom's BF.* and CF.* commands and replies, the
+// commands stock clients send to connect (PING, HELLO, AUTH, SELECT 0,
+// CLIENT, COMMAND, INFO, …) and BG.EXISTS.
+//
+// The parser is this package's own (see proto.go): it enforces the limits in
+// Config and answers a malformed request with "-ERR Protocol error: …"
+// before closing that connection only. Each connection runs in one
+// goroutine; replies to pipelined commands are flushed once per batch.
+package resp
+
+import (
+	"bufio"
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bloomgate/bloomgate/serve"
+)
+
+// Config configures a Server. The zero value of every field but Store means
+// its default.
+type Config struct {
+	// Store is the keyspace served. Required.
+	Store *serve.Store
+	// Password, if set, must be given with AUTH (or HELLO … AUTH) before any
+	// other command. The user name, when given, must be "default".
+	// Default: "" — no authentication.
+	Password string
+	// TLSConfig, if set, makes Serve speak TLS. Default: nil, plain TCP.
+	TLSConfig *tls.Config
+	// MaxConns bounds concurrent connections; more are answered with
+	// "-ERR max number of clients reached" and closed. Default: 10000.
+	MaxConns int
+	// MaxBulkLen bounds one argument. Default: 512 MiB (Redis'
+	// proto-max-bulk-len). Before authentication the bound is 16 KiB.
+	MaxBulkLen int64
+	// MaxArgs bounds the arguments of one command. Default: 1,048,576.
+	// Before authentication the bound is 10.
+	MaxArgs int
+	// MaxInlineLen bounds an inline command line. Default: 64 KiB.
+	MaxInlineLen int
+	// IdleTimeout closes a connection that sends nothing for this long.
+	// Default: 0, never (as Redis' timeout 0).
+	IdleTimeout time.Duration
+	// Logger receives connection errors. Default: discard.
+	Logger *slog.Logger
+}
+
+const (
+	defaultMaxConns  = 10000
+	defaultMaxBulk   = 512 << 20
+	defaultMaxArgs   = 1 << 20
+	defaultMaxInline = 64 << 10
+	preAuthMaxBulk   = 16 << 10
+	preAuthMaxArgs   = 10
+	readBufferSize   = 64 << 10
+)
+
+// Server is a Redis protocol server. It is safe for concurrent use.
+type Server struct {
+	cfg   Config
+	store *serve.Store
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	shutdown  atomic.Bool
+	wg        sync.WaitGroup
+
+	nextID   atomic.Int64
+	active   atomic.Int64
+	total    atomic.Uint64
+	rejected atomic.Uint64
+	commands atomic.Uint64
+}
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("resp: server closed")
+
+// New returns a server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("resp: Config.Store is required")
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = defaultMaxConns
+	}
+	if cfg.MaxBulkLen == 0 {
+		cfg.MaxBulkLen = defaultMaxBulk
+	}
+	if cfg.MaxArgs == 0 {
+		cfg.MaxArgs = defaultMaxArgs
+	}
+	if cfg.MaxInlineLen == 0 {
+		cfg.MaxInlineLen = defaultMaxInline
+	}
+	if cfg.MaxConns < 0 || cfg.MaxBulkLen < 0 || cfg.MaxArgs < 0 || cfg.MaxInlineLen < 0 || cfg.IdleTimeout < 0 {
+		return nil, errors.New("resp: negative limit in Config")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Server{cfg: cfg, store: cfg.Store, listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}, nil
+}
+
+// Stats are the server's counters.
+type Stats struct {
+	Connections         int64  // open now
+	ConnectionsTotal    uint64 // accepted since start
+	ConnectionsRejected uint64 // refused by MaxConns
+	Commands            uint64 // commands processed
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	return Stats{s.active.Load(), s.total.Load(), s.rejected.Load(), s.commands.Load()}
+}
+
+// Serve accepts connections on ln until Shutdown or Close and returns
+// ErrServerClosed then.
+func (s *Server) Serve(ln net.Listener) error {
+	if s.cfg.TLSConfig != nil {
+		ln = tls.NewListener(ln, s.cfg.TLSConfig)
+	}
+	s.mu.Lock()
+	if s.shutdown.Load() {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.shutdown.Load() {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		s.total.Add(1)
+		if s.active.Load() >= int64(s.cfg.MaxConns) {
+			s.rejected.Add(1)
+			nc.Write([]byte("-ERR max number of clients reached\r\n"))
+			nc.Close()
+			continue
+		}
+		c := s.newConn(nc)
+		s.mu.Lock()
+		if s.shutdown.Load() {
+			s.mu.Unlock()
+			nc.Close()
+			return ErrServerClosed
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		s.active.Add(1)
+		go c.serve()
+	}
+}
+
+// Shutdown stops accepting connections, lets every connection finish the
+// commands it has received, closes it, and waits for that or for ctx.
+// When ctx ends first, the remaining connections are closed at once and
+// ctx's error is returned. Shutdown is idempotent.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.shutdown.Store(true)
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	clear(s.listeners)
+	for c := range s.conns {
+		c.interrupt()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.closeConns()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Close closes the listeners and every connection at once. It is
+// idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.shutdown.Store(true)
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	clear(s.listeners)
+	s.mu.Unlock()
+	s.closeConns()
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Server) closeConns() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.nc.Close()
+	}
+}
+
+// conn is one client connection.
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	r      reader
+	w      writer
+	id     int64
+	name   string
+	authed bool
+	quit   bool
+}
+
+func (s *Server) newConn(nc net.Conn) *conn {
+	c := &conn{s: s, nc: nc, id: s.nextID.Add(1), authed: s.cfg.Password == ""}
+	c.r = reader{br: bufio.NewReaderSize(nc, readBufferSize), maxInline: s.cfg.MaxInlineLen}
+	c.w = writer{bw: bufio.NewWriterSize(nc, 16<<10), proto: 2}
+	c.setLimits()
+	return c
+}
+
+func (c *conn) setLimits() {
+	if c.authed {
+		c.r.maxBulk, c.r.maxArgs = c.s.cfg.MaxBulkLen, c.s.cfg.MaxArgs
+	} else {
+		c.r.maxBulk, c.r.maxArgs = preAuthMaxBulk, preAuthMaxArgs
+	}
+}
+
+// interrupt makes a connection blocked in a read return, so it can finish.
+func (c *conn) interrupt() { c.nc.SetReadDeadline(time.Now()) }
+
+func (c *conn) serve() {
+	defer func() {
+		c.nc.Close()
+		c.s.mu.Lock()
+		delete(c.s.conns, c)
+		c.s.mu.Unlock()
+		c.s.active.Add(-1)
+		c.s.wg.Done()
+	}()
+	for !c.quit {
+		if c.s.cfg.IdleTimeout > 0 && c.r.br.Buffered() == 0 && !c.s.shutdown.Load() {
+			c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+		}
+		if c.s.shutdown.Load() && c.r.br.Buffered() == 0 {
+			break
+		}
+		args, err := c.r.next()
+		if err != nil {
+			var pe *ProtocolError
+			if errors.As(err, &pe) {
+				c.w.errorMsg(pe.Error())
+				c.w.bw.Flush()
+			} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) {
+				c.s.cfg.Logger.Debug("resp: read failed", "remote", c.nc.RemoteAddr(), "err", err)
+			}
+			break
+		}
+		if len(args) > 0 {
+			c.s.commands.Add(1)
+			c.dispatch(args)
+		}
+		if c.r.br.Buffered() == 0 || c.quit {
+			if err := c.w.bw.Flush(); err != nil {
+				break
+			}
+		}
+	}
+	c.w.bw.Flush()
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// checkPassword compares in constant time.
+func (s *Server) checkPassword(user, pass string) bool {
+	if user != "" && user != "default" {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(pass), []byte(s.cfg.Password)) == 1
+}

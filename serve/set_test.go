@@ -1,0 +1,210 @@
+package serve_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"github.com/bloomgate/bloomgate/internal/demo"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/serve"
+	"github.com/bloomgate/bloomgate/source/postgres"
+	"github.com/bloomgate/bloomgate/source/sqlite"
+)
+
+func email(i int) string { return fmt.Sprintf("user%d@example.com", i) }
+
+// waitReady waits until every set is ready (or the test's deadline).
+func waitReady(t *testing.T, s *serve.Store) {
+	t.Helper()
+	for !s.Ready() {
+		if deadline, ok := t.Deadline(); ok && deadline.Before(deadlineSoon()) {
+			for _, set := range s.Sets() {
+				st := set.Stats()
+				t.Logf("set %s: %v %s", set.Name(), st.State, st.Reason)
+			}
+			t.Fatal("sets never became ready")
+		}
+		sleepBriefly()
+	}
+}
+
+// exerciseSet checks a ready users set holding email(0..999) with a confirm
+// query.
+func exerciseSet(t *testing.T, s *serve.Store, insert func(string) error) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range 1000 {
+		if !s.BFExists("users", [][]byte{[]byte(email(i))})[0] {
+			t.Fatalf("false negative for %s", email(i))
+		}
+	}
+	for _, tt := range []struct {
+		key  string
+		want bool
+	}{{email(7), true}, {"nobody@example.com", false}, {"  USER8@example.com ", true}} {
+		got, err := s.BGExists(ctx, "users", tt.key)
+		if err != nil || got != tt.want {
+			t.Errorf("BGExists(%q) = %v, %v; want %v", tt.key, got, err, tt.want)
+		}
+	}
+	// Count false positives observed through the confirm path.
+	for i := range 2000 {
+		if ok, err := s.BGExists(ctx, "users", fmt.Sprintf("absent%d@example.com", i)); ok || err != nil {
+			t.Fatalf("absent key reported present: %v, %v", ok, err)
+		}
+	}
+	st := s.Set("users").Stats()
+	if st.Absent+st.EmptyFetches < 2000 {
+		t.Errorf("stats: absent %d + observed false positives %d < 2000", st.Absent, st.EmptyFetches)
+	}
+	// The signup flow: add before the row commits, then the row exists.
+	if _, _, err := s.BFAdd("users", [][]byte{[]byte("new@example.com")}, serve.BloomParams{}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := insert("new@example.com"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.BGExists(ctx, "users", "new@example.com"); !ok || err != nil {
+		t.Errorf("BGExists after signup = %v, %v", ok, err)
+	}
+	if _, err := s.Del([]string{"users"}); !errors.Is(err, serve.ErrSetReadOnly) {
+		t.Errorf("DEL of a set: %v", err)
+	}
+}
+
+func TestSetSQLite(t *testing.T) {
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "app.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	users := demo.SQLiteUsers{DB: db, Table: "users"}
+	ctx := context.Background()
+	if err := users.Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := users.Load(ctx, 1000, email); err != nil {
+		t.Fatal(err)
+	}
+	s, err := serve.Open(serve.Config{Sets: []serve.SetConfig{{
+		Name: "users", Source: users.Source(), Normalizer: bloomgate.LowerTrim,
+		Confirm: sqlite.Confirm{DB: db, Query: "SELECT 1 FROM users WHERE email = lower(trim(?))"},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	waitReady(t, s)
+	exerciseSet(t, s, func(e string) error { _, err := users.Insert(ctx, e); return err })
+}
+
+func TestSetPostgres(t *testing.T) {
+	users, schema := testDB(t)
+	pool := users.Pool
+	ctx := context.Background()
+	if err := users.Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := users.Load(ctx, 1000, email); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"bloom", "cuckoo"} {
+		t.Run(kind, func(t *testing.T) {
+			s, err := serve.Open(serve.Config{Sets: []serve.SetConfig{{
+				Name: "users", Source: users.Source(), Normalizer: bloomgate.LowerTrim, Kind: kind,
+				Confirm: postgres.Confirm{Pool: pool, Query: "SELECT 1 FROM " + schema + ".users WHERE email = lower(trim($1))"},
+			}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			waitReady(t, s)
+			exerciseSet(t, s, func(e string) error {
+				if kind == "cuckoo" {
+					return nil // inserted by the bloom run
+				}
+				_, err := users.Insert(ctx, e)
+				return err
+			})
+			if kind == "cuckoo" {
+				// Right after a build the gate defers removes (its snapshot
+				// may not hold the row): CF.DEL answers 0 and the key stays
+				// "maybe present", never a false negative.
+				if ok, _ := s.CFDel("users", []byte("new@example.com")); ok {
+					t.Error("CF.DEL applied a remove within RebuildOverlap of the build")
+				}
+				if r := s.BFExists("users", [][]byte{[]byte("new@example.com")}); !r[0] {
+					t.Error("a key whose remove was deferred is reported absent")
+				}
+			}
+		})
+	}
+}
+
+// TestSetNotReadyFailsOpen: a set whose table cannot be read answers
+// "maybe" for every key: never a false negative.
+func TestSetNotReadyFailsOpen(t *testing.T) {
+	users, schema := testDB(t)
+	src, err := postgres.New(postgres.Config{Pool: users.Pool, Query: "SELECT email FROM " + schema + ".missing_table"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := serve.Open(serve.Config{Sets: []serve.SetConfig{{Name: "users", Source: src}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, ok := range s.BFExists("users", [][]byte{[]byte("a"), []byte("b")}) {
+		if !ok {
+			t.Fatal("a set that is not ready answered 0")
+		}
+	}
+	if s.Ready() {
+		t.Error("store ready with a set that cannot build")
+	}
+}
+
+// testDB gives the test a users table in a schema of its own on the
+// PostgreSQL named by BLOOMGATE_POSTGRES_URL (default: the local server),
+// dropped afterwards. Without a server the test skips, unless
+// BLOOMGATE_REQUIRE_SERVICES is set, where it fails.
+func testDB(t *testing.T) (demo.PostgresUsers, string) {
+	t.Helper()
+	url := os.Getenv("BLOOMGATE_POSTGRES_URL")
+	if url == "" {
+		url = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	ctx := context.Background()
+	pool, err := postgres.Connect(ctx, url)
+	if err == nil {
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") != "" {
+			t.Fatalf("PostgreSQL unreachable and BLOOMGATE_REQUIRE_SERVICES is set: %v", err)
+		}
+		t.Skipf("PostgreSQL unreachable, skipping: %v", err)
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "bg_serve_" + hex.EncodeToString(b[:])
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		pool.Close()
+	})
+	return demo.PostgresUsers{Pool: pool, Table: schema + ".users"}, schema
+}
+
+func deadlineSoon() time.Time { return time.Now().Add(5 * time.Second) }
+
+func sleepBriefly() { time.Sleep(10 * time.Millisecond) }

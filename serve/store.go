@@ -1,0 +1,534 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bloomgate/bloomgate/filter"
+)
+
+// Fsync is the log's fsync policy, as Redis' appendfsync.
+type Fsync string
+
+const (
+	// FsyncAlways fsyncs the log before a write is acknowledged: no
+	// acknowledged write is lost, even on power loss. Concurrent writers share
+	// an fsync (group commit).
+	FsyncAlways Fsync = "always"
+	// FsyncEverySec fsyncs the log once a second. Every write reaches the
+	// operating system (write(2)) before it is acknowledged, so a crash of the
+	// server process loses nothing; a crash of the machine loses at most
+	// about the last second.
+	FsyncEverySec Fsync = "everysec"
+	// FsyncNo never fsyncs the log; the operating system writes it back when
+	// it chooses. A crash of the server process loses nothing.
+	FsyncNo Fsync = "no"
+)
+
+// Config configures Open. The zero value of every field means its default.
+type Config struct {
+	// DataDir holds the snapshot and the log. Default: "" — nothing is
+	// stored, standalone filters live in memory only.
+	DataDir string
+	// Fsync is the log's fsync policy. Default: FsyncEverySec.
+	Fsync Fsync
+	// SnapshotInterval is how often a snapshot is written when the keyspace
+	// changed since the last one. Default: 5 minutes. A snapshot is also
+	// written when the log has grown by SnapshotLogBytes, and on Close.
+	SnapshotInterval time.Duration
+	// SnapshotLogBytes writes a snapshot once the log holds this many bytes.
+	// Default: 64 MiB.
+	SnapshotLogBytes int64
+	// MaxMemory bounds the bytes held by all standalone filters. While they
+	// hold more, write commands fail with ErrOOM (reads still work); a create
+	// that would exceed it fails too. A filter that grows a sub-filter may
+	// overshoot the bound by that sub-filter. Default: 0, no bound.
+	MaxMemory int64
+	// MaxFilterBytes bounds the size of one filter restored with LOADCHUNK
+	// or read from the snapshot or log. Default: 16 GiB.
+	MaxFilterBytes int64
+	// Sets declares the table-backed sets.
+	Sets []SetConfig
+	// Logger receives warnings (a truncated log tail) and events.
+	// Default: discard.
+	Logger *slog.Logger
+	// BloomDefaults are the parameters of Bloom keys auto-created by BF.ADD,
+	// BF.MADD and BF.INSERT. Default: RedisBloom's: error rate 0.01,
+	// capacity 100, expansion 2.
+	BloomDefaults BloomParams
+	// CuckooDefaults are the parameters of cuckoo keys auto-created by CF.ADD
+	// and CF.INSERT. Default: RedisBloom's: capacity 1024, bucket size 2,
+	// 20 max iterations, expansion 1.
+	CuckooDefaults CuckooParams
+}
+
+const (
+	defaultSnapshotInterval = 5 * time.Minute
+	defaultSnapshotLogBytes = 64 << 20
+	defaultMaxFilterBytes   = 16 << 30
+)
+
+// Store is the keyspace. It is safe for concurrent use.
+type Store struct {
+	cfg  Config
+	log  *slog.Logger
+	aof  *appendLog // nil without DataDir
+	lock *os.File   // the DataDir lock, held until Close
+	sets map[string]*Set
+
+	mu    sync.RWMutex
+	keys  map[string]*object
+	loads map[string]*pendingLoad
+
+	used    atomic.Int64 // bytes held by standalone filters and pending loads
+	dirty   atomic.Uint64
+	closed  atomic.Bool
+	snapMu  sync.Mutex // one snapshot at a time
+	stop    chan struct{}
+	bgDone  sync.WaitGroup
+	closeMu sync.Mutex
+	runCtx  context.Context
+	cancel  context.CancelFunc
+}
+
+// Kind is the kind of a key.
+type Kind uint8
+
+// Key kinds.
+const (
+	KindNone   Kind = 0
+	KindBloom  Kind = 1 // a scalable Bloom filter (BF.*)
+	KindCuckoo Kind = 2 // a cuckoo filter (CF.*)
+	KindSet    Kind = 3 // a table-backed set
+)
+
+// TypeName returns the name TYPE replies with: RedisBloom's module type
+// names for filters ("MBbloom--", "MBbloomCF"; a table-backed set is
+// "MBbloom--" too, as it answers BF.*), and "none" for a missing key.
+func (k Kind) TypeName() string {
+	switch k {
+	case KindBloom, KindSet:
+		return "MBbloom--"
+	case KindCuckoo:
+		return "MBbloomCF"
+	}
+	return "none"
+}
+
+func (k Kind) String() string {
+	switch k {
+	case KindBloom:
+		return "bloom"
+	case KindCuckoo:
+		return "cuckoo"
+	case KindSet:
+		return "set"
+	}
+	return "none"
+}
+
+// object is one standalone filter.
+type object struct {
+	mu   sync.Mutex // serialises writes, the log record and snapshots of this key
+	name string
+	kind Kind
+	meta meta
+	bf   *filter.Scalable
+	cf   *filter.Cuckoo
+
+	card    atomic.Uint64 // BF: adds that were new; CF: fingerprints inserted
+	deletes atomic.Uint64 // CF: successful deletes
+
+	// Under mu:
+	lsn     uint64 // last log record applied
+	bytes   int64  // bytes accounted in Store.used
+	filters int    // sub-filters when bytes was measured
+	dead    bool   // removed from the keyspace; retry the lookup
+	dump    *dumpCache
+}
+
+// ErrDataDirLocked reports a DataDir that another process (or Store) holds.
+var ErrDataDirLocked = errors.New("serve: data directory locked")
+
+// Open locks cfg.DataDir (ErrDataDirLocked if another Store holds it), loads
+// the snapshot and replays the log from it, declares the
+// table-backed sets and starts their gates and the background snapshots.
+// A snapshot that fails its checksum stops Open with an error wrapping
+// ErrCorruptSnapshot; a torn record at the end of the log is truncated with a
+// logged warning.
+func Open(cfg Config) (*Store, error) {
+	if err := fillDefaults(&cfg); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		cfg:   cfg,
+		log:   cfg.Logger,
+		keys:  map[string]*object{},
+		loads: map[string]*pendingLoad{},
+		sets:  map[string]*Set{},
+		stop:  make(chan struct{}),
+	}
+	s.runCtx, s.cancel = context.WithCancel(context.Background())
+	for _, sc := range cfg.Sets {
+		if _, dup := s.sets[sc.Name]; dup {
+			s.closeSets()
+			return nil, fmt.Errorf("serve: set %q declared twice", sc.Name)
+		}
+		set, err := newSet(sc, cfg.Logger)
+		if err != nil {
+			s.closeSets()
+			return nil, err
+		}
+		s.sets[sc.Name] = set
+	}
+	if cfg.DataDir != "" {
+		if err := s.recover(); err != nil {
+			s.closeSets()
+			if s.lock != nil {
+				s.lock.Close()
+			}
+			return nil, err
+		}
+	}
+	for _, set := range s.sets {
+		s.bgDone.Add(1)
+		go func() {
+			defer s.bgDone.Done()
+			set.run(s.runCtx)
+		}()
+	}
+	if s.aof != nil {
+		s.bgDone.Add(1)
+		go s.background()
+	}
+	return s, nil
+}
+
+func fillDefaults(cfg *Config) error {
+	if cfg.Fsync == "" {
+		cfg.Fsync = FsyncEverySec
+	}
+	switch cfg.Fsync {
+	case FsyncAlways, FsyncEverySec, FsyncNo:
+	default:
+		return fmt.Errorf("serve: fsync policy %q (want always, everysec or no)", cfg.Fsync)
+	}
+	if cfg.SnapshotInterval == 0 {
+		cfg.SnapshotInterval = defaultSnapshotInterval
+	}
+	if cfg.SnapshotLogBytes == 0 {
+		cfg.SnapshotLogBytes = defaultSnapshotLogBytes
+	}
+	if cfg.MaxFilterBytes == 0 {
+		cfg.MaxFilterBytes = defaultMaxFilterBytes
+	}
+	if cfg.MaxMemory < 0 || cfg.SnapshotInterval < 0 || cfg.SnapshotLogBytes < 0 || cfg.MaxFilterBytes < 0 {
+		return errors.New("serve: negative limit in config")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	cfg.BloomDefaults = cfg.BloomDefaults.withDefaults()
+	cfg.CuckooDefaults = cfg.CuckooDefaults.withDefaults()
+	return nil
+}
+
+// background writes snapshots and, under FsyncEverySec, fsyncs the log.
+func (s *Store) background() {
+	defer s.bgDone.Done()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		if s.cfg.Fsync == FsyncEverySec {
+			if err := s.aof.sync(); err != nil {
+				s.log.Error("fsync of the log failed", "err", err)
+			}
+		}
+		due := s.dirty.Load() > 0 && time.Since(last) >= s.cfg.SnapshotInterval
+		if due || s.aof.sizeSinceRotate() >= s.cfg.SnapshotLogBytes {
+			if err := s.Snapshot(); err != nil {
+				s.log.Error("snapshot failed", "err", err)
+			}
+			last = time.Now()
+		}
+	}
+}
+
+// Close writes a final snapshot (with DataDir), stops the gates and closes
+// the log. Further writes fail with ErrClosed. Close is idempotent.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed.Load() {
+		return nil
+	}
+	var err error
+	if s.aof != nil {
+		err = s.Snapshot()
+	}
+	s.closed.Store(true)
+	close(s.stop)
+	s.cancel()
+	s.bgDone.Wait()
+	if s.aof != nil {
+		// Writers that passed the closed check before it was set finish
+		// their record; then the file is synced and closed.
+		if cerr := s.aof.close(); err == nil {
+			err = cerr
+		}
+	}
+	s.closeSets()
+	if s.lock != nil {
+		s.lock.Close()
+	}
+	return err
+}
+
+func (s *Store) closeSets() {
+	for _, set := range s.sets {
+		set.close()
+	}
+}
+
+// UsedMemory returns the bytes held by standalone filters (and restores in
+// progress).
+func (s *Store) UsedMemory() int64 { return s.used.Load() }
+
+// Durable reports whether standalone filters are stored (Config.DataDir set).
+func (s *Store) Durable() bool { return s.cfg.DataDir != "" }
+
+// FsyncPolicy returns the log's fsync policy.
+func (s *Store) FsyncPolicy() Fsync { return s.cfg.Fsync }
+
+// MaxMemory returns Config.MaxMemory.
+func (s *Store) MaxMemory() int64 { return s.cfg.MaxMemory }
+
+// checkWrite returns ErrClosed or ErrOOM when a write must be refused.
+func (s *Store) checkWrite() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if s.cfg.MaxMemory > 0 && s.used.Load() > s.cfg.MaxMemory {
+		return ErrOOM
+	}
+	return nil
+}
+
+// reserve accounts n more bytes, failing with ErrOOM when that exceeds
+// MaxMemory.
+func (s *Store) reserve(n int64) error {
+	if s.cfg.MaxMemory > 0 && s.used.Load()+n > s.cfg.MaxMemory {
+		return ErrOOM
+	}
+	s.used.Add(n)
+	return nil
+}
+
+// lookup returns the object named name and the key's kind.
+func (s *Store) lookup(name string) (*object, Kind) {
+	if set := s.sets[name]; set != nil {
+		return nil, KindSet
+	}
+	s.mu.RLock()
+	o := s.keys[name]
+	s.mu.RUnlock()
+	if o == nil {
+		return nil, KindNone
+	}
+	return o, o.kind
+}
+
+// Type returns the kind of the key name (KindNone when it does not exist).
+func (s *Store) Type(name string) Kind {
+	_, k := s.lookup(name)
+	return k
+}
+
+// Exists counts the names that exist (a name given twice counts twice).
+func (s *Store) Exists(names []string) int {
+	n := 0
+	for _, name := range names {
+		if s.Type(name) != KindNone {
+			n++
+		}
+	}
+	return n
+}
+
+// Del deletes the standalone filters named and returns how many existed.
+// A table-backed set cannot be deleted: ErrSetReadOnly.
+func (s *Store) Del(names []string) (int, error) {
+	for _, name := range names {
+		if s.sets[name] != nil {
+			return 0, ErrSetReadOnly
+		}
+	}
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	n := 0
+	for _, name := range names {
+		ok, err := s.del(name)
+		if err != nil {
+			return n, err
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (s *Store) del(name string) (bool, error) {
+	s.mu.Lock()
+	if pl := s.loads[name]; pl != nil {
+		delete(s.loads, name)
+		s.used.Add(-pl.reserved)
+	}
+	o := s.keys[name]
+	if o == nil {
+		s.mu.Unlock()
+		return false, nil
+	}
+	o.mu.Lock()
+	delete(s.keys, name)
+	o.dead = true
+	s.used.Add(-o.bytes)
+	pos, err := s.logRecord(&record{op: opDel, name: name})
+	o.mu.Unlock()
+	s.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
+	return true, s.waitDurable(pos)
+}
+
+// Keys returns the names of every key, sorted.
+func (s *Store) Keys() []string {
+	s.mu.RLock()
+	names := make([]string, 0, len(s.keys)+len(s.sets))
+	for name := range s.keys {
+		names = append(names, name)
+	}
+	s.mu.RUnlock()
+	for name := range s.sets {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// DBSize returns the number of keys.
+func (s *Store) DBSize() int {
+	s.mu.RLock()
+	n := len(s.keys)
+	s.mu.RUnlock()
+	return n + len(s.sets)
+}
+
+// logRecord appends r to the log (when there is one), stamps its LSN and
+// returns the log position to wait for. Call with the object's mutex held so
+// that log order is apply order.
+func (s *Store) logRecord(r *record) (int64, error) {
+	s.dirty.Add(1)
+	if s.aof == nil {
+		return 0, nil
+	}
+	return s.aof.append(r)
+}
+
+// waitDurable waits until the log position pos is as durable as the fsync
+// policy requires before a write is acknowledged.
+func (s *Store) waitDurable(pos int64) error {
+	if s.aof == nil || s.cfg.Fsync != FsyncAlways {
+		return nil
+	}
+	return s.aof.syncTo(pos)
+}
+
+// remeasure updates the accounted size of o after a write that may have
+// grown it. Call with o.mu held.
+func (s *Store) remeasure(o *object) {
+	n := o.subFilters()
+	if n == o.filters {
+		return
+	}
+	o.filters = n
+	b := o.sizeBytes()
+	s.used.Add(b - o.bytes)
+	o.bytes = b
+}
+
+func (o *object) subFilters() int {
+	if o.bf != nil {
+		return o.bf.Filters()
+	}
+	return len(o.cf.FingerprintBits())
+}
+
+func (o *object) sizeBytes() int64 {
+	if o.bf != nil {
+		return int64(o.bf.Stats().Bytes)
+	}
+	return int64(o.cf.Stats().Bytes)
+}
+
+func (o *object) hash(item []byte) uint64 {
+	if o.bf != nil {
+		return o.bf.Hash(item)
+	}
+	return filter.Hash(item, o.cf.Seed())
+}
+
+// Sets returns the table-backed sets, sorted by name.
+func (s *Store) Sets() []*Set {
+	out := make([]*Set, 0, len(s.sets))
+	for _, set := range s.sets {
+		out = append(out, set)
+	}
+	slices.SortFunc(out, func(a, b *Set) int {
+		if a.cfg.Name < b.cfg.Name {
+			return -1
+		}
+		if a.cfg.Name > b.cfg.Name {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Set returns the table-backed set named name, or nil.
+func (s *Store) Set(name string) *Set { return s.sets[name] }
+
+// Ready reports whether every table-backed set is ready.
+func (s *Store) Ready() bool {
+	for _, set := range s.sets {
+		if !set.gate.Ready() {
+			return false
+		}
+	}
+	return true
+}
+
+func fileSize(f *os.File) (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}

@@ -1,0 +1,343 @@
+package serve
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func openStore(t *testing.T, cfg Config) *Store {
+	t.Helper()
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// crash abandons s as a crash would: no snapshot, the log file and the
+// directory lock closed, the background goroutine stopped.
+func crash(s *Store) {
+	close(s.stop)
+	s.bgDone.Wait()
+	s.cancel()
+	s.aof.f.Close()
+	s.lock.Close()
+}
+
+func TestDataDirLocked(t *testing.T) {
+	dir := t.TempDir()
+	openStore(t, Config{DataDir: dir})
+	if _, err := Open(Config{DataDir: dir}); !errors.Is(err, ErrDataDirLocked) {
+		t.Fatalf("second Open of a data directory: %v, want ErrDataDirLocked", err)
+	}
+}
+
+func items(prefix string, n int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = fmt.Appendf(nil, "%s%d", prefix, i)
+	}
+	return out
+}
+
+// fill writes a mix of every durable operation.
+func fill(t *testing.T, s *Store) {
+	t.Helper()
+	if _, _, err := s.BFAdd("bf", items("a", 500), BloomParams{}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BFReserve("ns", BloomParams{Capacity: 10, ErrorRate: 0.01, NonScaling: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.BFAdd("ns", items("n", 10), BloomParams{}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CFAdd("cf", items("c", 300), CuckooParams{}, false, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items("c", 100) {
+		if ok, err := s.CFDel("cf", it); err != nil || !ok {
+			t.Fatalf("CFDel(%s) = %v, %v", it, ok, err)
+		}
+	}
+	if _, _, err := s.BFAdd("gone", items("g", 5), BloomParams{}, false); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Del([]string{"gone"}); n != 1 || err != nil {
+		t.Fatalf("Del = %d, %v", n, err)
+	}
+}
+
+// check verifies what fill wrote.
+func check(t *testing.T, s *Store) {
+	t.Helper()
+	for i, ok := range s.BFExists("bf", items("a", 500)) {
+		if !ok {
+			t.Fatalf("bf lost a%d", i)
+		}
+	}
+	if n, _ := s.BFCard("bf"); n < 490 || n > 550 {
+		t.Errorf("BFCard(bf) = %d", n)
+	}
+	if _, stop, _ := s.BFAdd("ns", [][]byte{[]byte("new-item-x")}, BloomParams{}, false); !errors.Is(stop, ErrNonScalingFull) {
+		t.Errorf("non-scaling filter after reload: stop = %v", stop)
+	}
+	for i, ok := range s.CFExists("cf", items("c", 300)[100:]) {
+		if !ok {
+			t.Fatalf("cf lost c%d", i+100)
+		}
+	}
+	info, err := s.CFInfo("cf")
+	if err != nil || info.Inserted != 300 || info.Deleted != 100 {
+		t.Errorf("CFInfo = %+v, %v", info, err)
+	}
+	if s.Type("gone") != KindNone {
+		t.Errorf("deleted key is back")
+	}
+}
+
+func TestDurability(t *testing.T) {
+	for _, fsync := range []Fsync{FsyncAlways, FsyncEverySec, FsyncNo} {
+		t.Run(string(fsync), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			cfg := Config{DataDir: dir, Fsync: fsync}
+
+			// Log only: the store is abandoned without Close (as a crash).
+			s, err := Open(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fill(t, s)
+			crash(s)
+			r := openStore(t, cfg)
+			check(t, r)
+
+			// Snapshot, more writes, then reload from snapshot + log.
+			if err := r.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := r.BFAdd("bf", items("z", 50), BloomParams{}, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Close(); err != nil {
+				t.Fatal(err)
+			}
+			segs, _ := listSegments(dir)
+			if len(segs) != 1 {
+				t.Errorf("segments after snapshot and Close: %v, want one", segs)
+			}
+			r2 := openStore(t, cfg)
+			check(t, r2)
+			for _, ok := range r2.BFExists("bf", items("z", 50)) {
+				if !ok {
+					t.Fatal("write after snapshot lost")
+				}
+			}
+		})
+	}
+}
+
+// TestReplaySkipsSnapshotted replays a log whose records the snapshot already
+// holds (a crash between the snapshot's rename and the log's deletion): the
+// cuckoo counts must not double.
+func TestReplaySkipsSnapshotted(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, Config{DataDir: dir})
+	fill(t, s)
+	old, _ := listSegments(dir)
+	data, err := os.ReadFile(filepath.Join(dir, segmentName(old[0])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, segmentName(0)), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := openStore(t, Config{DataDir: dir})
+	check(t, r)
+	if n := r.CFCount("cf", []byte("c150")); n != 1 {
+		t.Errorf("CFCount after double replay = %d, want 1", n)
+	}
+}
+
+func TestTornTail(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Config{DataDir: dir, Fsync: FsyncAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, s)
+	s.aof.f.Write([]byte{200, 0, 0, 0, 0, 0, 0, 0, 1, 2}) // half a record
+	crash(s)
+	var logBuf bytes.Buffer
+	r := openStore(t, Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})
+	check(t, r)
+	if !strings.Contains(logBuf.String(), "torn") {
+		t.Errorf("no warning about the torn tail; log:\n%s", logBuf.String())
+	}
+}
+
+func TestCorruptSnapshotStopsStart(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, Config{DataDir: dir})
+	fill(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, snapshotName)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x40
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(Config{DataDir: dir})
+	if !errors.Is(err, ErrCorruptSnapshot) {
+		t.Fatalf("Open with a damaged snapshot: %v, want ErrCorruptSnapshot", err)
+	}
+}
+
+func TestMaxMemory(t *testing.T) {
+	s := openStore(t, Config{MaxMemory: 4096})
+	if err := s.BFReserve("big", BloomParams{Capacity: 100000, ErrorRate: 0.01}); !errors.Is(err, ErrOOM) {
+		t.Fatalf("create over the limit: %v, want ErrOOM", err)
+	}
+	if err := s.BFReserve("small", BloomParams{Capacity: 100, ErrorRate: 0.01}); err != nil {
+		t.Fatal(err)
+	}
+	// Grow until the limit is passed; then writes fail, reads still work.
+	var err error
+	for i := 0; i < 100 && err == nil; i++ {
+		_, _, err = s.BFAdd("small", items(fmt.Sprint("i", i, "-"), 100), BloomParams{}, false)
+	}
+	if !errors.Is(err, ErrOOM) {
+		t.Fatalf("writes past the limit: %v, want ErrOOM", err)
+	}
+	if !s.BFExists("small", [][]byte{[]byte("i0-0")})[0] {
+		t.Error("read after OOM lost a key")
+	}
+	if n, err := s.Del([]string{"small"}); n != 1 || err != nil || s.UsedMemory() != 0 {
+		t.Errorf("Del: %d, %v; used %d", n, err, s.UsedMemory())
+	}
+}
+
+func TestDumpLoad(t *testing.T) {
+	s := openStore(t, Config{DataDir: t.TempDir()})
+	fill(t, s)
+	for _, k := range []struct {
+		name string
+		kind Kind
+	}{{"bf", KindBloom}, {"cf", KindCuckoo}} {
+		var chunks [][]byte
+		var iters []int64
+		for it := int64(0); ; {
+			next, data, err := s.ScanDump(k.name, k.kind, it)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if next == 0 {
+				break
+			}
+			chunks, iters = append(chunks, bytes.Clone(data)), append(iters, next)
+			it = next
+		}
+		copyName := k.name + "-copy"
+		for i, c := range chunks {
+			if err := s.LoadChunk(copyName, k.kind, iters[i], c); err != nil {
+				t.Fatalf("LoadChunk %d: %v", i, err)
+			}
+		}
+		if s.Type(copyName) != k.kind {
+			t.Fatalf("restored %s has kind %v", copyName, s.Type(copyName))
+		}
+	}
+	for _, ok := range s.BFExists("bf-copy", items("a", 500)) {
+		if !ok {
+			t.Fatal("restored Bloom lost a key")
+		}
+	}
+	if err := s.LoadChunk("bf", KindBloom, 1, []byte("BGDUMP01\x10\x00\x00\x00\x00\x00\x00\x00")); !errors.Is(err, ErrBadData) {
+		t.Errorf("header onto an existing key: %v, want ErrBadData", err)
+	}
+}
+
+// TestSnapshotUnderWrites takes snapshots while writers run, then reopens
+// from the snapshot and log without a final snapshot: every acknowledged add
+// is there, and none is applied twice (the cuckoo insert counters match).
+func TestSnapshotUnderWrites(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Config{DataDir: dir, Fsync: FsyncNo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, perWriter = 4, 3000
+	acked := make([][][]byte, writers)
+	done := make(chan struct{})
+	for w := range writers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range perWriter {
+				item := fmt.Appendf(nil, "w%d-%d", w, i)
+				var err error
+				if w%2 == 0 {
+					_, _, err = s.BFAdd(fmt.Sprint("bf", w), [][]byte{item}, BloomParams{}, false)
+				} else {
+					var res []int
+					res, _, err = s.CFAdd(fmt.Sprint("cf", w), [][]byte{item}, CuckooParams{}, false, false)
+					if err == nil && res[0] != 1 {
+						continue
+					}
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				acked[w] = append(acked[w], item)
+			}
+		}()
+	}
+	snapshots := 0
+	for running := writers; running > 0; {
+		select {
+		case <-done:
+			running--
+		default:
+			if err := s.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+			snapshots++
+		}
+	}
+	crash(s)
+	r := openStore(t, Config{DataDir: dir})
+	for w := range writers {
+		name := fmt.Sprint("bf", w)
+		res := r.BFExists(name, acked[w])
+		if w%2 == 1 {
+			name = fmt.Sprint("cf", w)
+			res = r.CFExists(name, acked[w])
+			info, err := r.CFInfo(name)
+			if err != nil || info.Inserted != uint64(len(acked[w])) {
+				t.Errorf("%s: %+v, %v; want %d inserted", name, info, err, len(acked[w]))
+			}
+		}
+		for i, ok := range res {
+			if !ok {
+				t.Fatalf("%s lost %s", name, acked[w][i])
+			}
+		}
+	}
+	t.Logf("%d snapshots during the writes", snapshots)
+}

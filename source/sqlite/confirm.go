@@ -1,0 +1,25 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+)
+
+// Confirm runs an exact existence query for one key, such as
+// "SELECT 1 FROM users WHERE email = ?": the key is its only parameter, and
+// the key exists when the query returns a row. It is safe for concurrent use.
+type Confirm struct {
+	DB    *sql.DB
+	Query string
+}
+
+// Exists reports whether the query returns a row for key.
+func (c Confirm) Exists(ctx context.Context, key string) (bool, error) {
+	var one any
+	err := c.DB.QueryRowContext(ctx, c.Query, key).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
