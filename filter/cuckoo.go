@@ -615,6 +615,7 @@ func (c *Cuckoo) insert(t *cuckooTable, h uint64) bool {
 	if t.victim.Load() != 0 {
 		return false
 	}
+	c.reseed(h)
 	i := i1
 	if c.rand()&1 == 0 {
 		i = i2
@@ -657,6 +658,20 @@ func (c *Cuckoo) kick(t *cuckooTable, fp, i uint64, useVictim bool) bool {
 		fp = old
 	}
 	return false
+}
+
+// reseed starts the kick choices of one insert or re-home from x (the key's
+// hash, or the victim), not from the history of earlier inserts: the same
+// operation on the same table makes the same moves. So a filter decoded from
+// its encoding and given the operations that followed the encoding ends in
+// the same state as the original, and an add that succeeded on the original
+// succeeds on the copy (a log replayed after a snapshot never loses a key).
+// Writers only.
+func (c *Cuckoo) reseed(x uint64) {
+	x ^= c.seed
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	c.rng = x ^ x>>31 | 1
 }
 
 // rand is xorshift64*, writer-only.
@@ -717,6 +732,7 @@ func (c *Cuckoo) rehome(t *cuckooTable) {
 		return
 	}
 	fp, i := v>>32, v&0xffffffff
+	c.reseed(v)
 	c.seq.Add(1)
 	defer c.seq.Add(1)
 	if t.put(i, fp) || t.put(t.alt(i, fp), fp) || c.kick(t, fp, i, false) {
