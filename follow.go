@@ -382,15 +382,20 @@ func (fl *follower) updateLocked(now time.Time) {
 	if fresh {
 		fl.caughtUp = true
 	}
+	change := func(v *view) bool {
+		ours := v.state == StateDegraded && strings.HasPrefix(v.reason, feedReason)
+		return v.f != nil && (fresh && ours || !fresh && v.authoritative() && fl.caughtUp)
+	}
+	if !change(g.view.Load()) {
+		return // the common case, without the gate's lock
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	v := g.view.Load()
-	ours := v.state == StateDegraded && strings.HasPrefix(v.reason, feedReason)
-	switch {
-	case v.f == nil:
-	case fresh && ours:
+	if v := g.view.Load(); !change(v) {
+		return
+	} else if fresh {
 		g.setStateLocked(StateReady, "")
-	case !fresh && v.authoritative() && fl.caughtUp:
+	} else {
 		g.setStateLocked(StateDegraded, fmt.Sprintf("%slag %v exceeds MaxLag %v", feedReason, lag.Round(time.Millisecond), fl.cfg.MaxLag))
 	}
 }
@@ -429,9 +434,7 @@ func (fl *follower) apply(t changefeed.Txn) error {
 // hashTxn hashes a transaction's keys with the gate's seed.
 func (fl *follower) hashTxn(t changefeed.Txn) hashedTxn {
 	g := fl.g
-	g.mu.Lock()
-	seed := g.seed
-	g.mu.Unlock()
+	seed := g.view.Load().seed // every filter of the gate shares it once one is published
 	ht := hashedTxn{commit: t.Commit}
 	for _, c := range t.Changes {
 		switch c.Kind {
