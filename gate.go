@@ -133,6 +133,16 @@ type Config struct {
 	OnProgress func(Progress)
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
+	// Audit, if set, is the self-audit: it reports whether the table holds
+	// a row with the (normalised) key, like a confirm query. In the
+	// background the gate offers it a sample of its "absent" answers, at
+	// most AuditPerSecond a second (lookups never wait for it). A row found
+	// that the filter still answers absent for is a false negative: it is
+	// counted (Stats.AuditFalseNegatives), its key's hash is logged, and the
+	// gate fails open until a build succeeds. Default: nil, no audit.
+	Audit func(ctx context.Context, key []byte) (bool, error)
+	// AuditPerSecond bounds the audit's queries. Default: 1.
+	AuditPerSecond float64
 }
 
 // Defaults of Config's fields.
@@ -157,6 +167,7 @@ func (c *Config) fill() error {
 	setDefault(&c.OverfillFactor, DefaultOverfillFactor)
 	setDefault(&c.RemoveRebuildRatio, DefaultRemoveRebuildRatio)
 	setDefault(&c.RebuildOverlap, DefaultRebuildOverlap)
+	setDefault(&c.AuditPerSecond, 1)
 	if c.NewFilter == nil {
 		c.NewFilter = NewBloom
 	}
@@ -177,6 +188,8 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: OverfillFactor %v < 1", ErrInvalidConfig, c.OverfillFactor)
 	case !(c.RemoveRebuildRatio >= 0):
 		return fmt.Errorf("%w: negative RemoveRebuildRatio", ErrInvalidConfig)
+	case !(c.AuditPerSecond > 0) || c.AuditPerSecond > 1e6:
+		return fmt.Errorf("%w: AuditPerSecond %v outside (0, 1e6]", ErrInvalidConfig, c.AuditPerSecond)
 	}
 	if _, err := filter.SizeBloom(1024, c.FPRate); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -231,6 +244,9 @@ type Gate struct {
 	pendingUnhonoured uint64
 	following         bool // a change feed applies deletes (Follow)
 	closed            bool
+
+	auditCh   chan []byte   // sampled "absent" answers, nil without Config.Audit
+	auditStop chan struct{} // closed by Close
 }
 
 // New returns a gate in StateWarming. Call Warm or Run to build its filter;
@@ -241,6 +257,10 @@ func New(cfg Config) (*Gate, error) {
 	}
 	g := &Gate{cfg: cfg, seed: rand.Uint64(), journal: newJournal(cfg.RebuildOverlap), m: &metrics{}}
 	g.view.Store(&view{state: StateWarming, reason: "not warmed yet"})
+	if cfg.Audit != nil {
+		g.auditCh, g.auditStop = make(chan []byte, 16), make(chan struct{})
+		go g.audit(g.auditCh, g.auditStop)
+	}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(g.collector()); err != nil {
 			return nil, fmt.Errorf("bloomgate: registering metrics: %w", err)
@@ -290,7 +310,19 @@ func (g *Gate) mayContain(key []byte) (present, authoritative bool) {
 	h := filter.Hash(nk, v.seed)
 	present = v.f.MayContainHash(h)
 	g.m.lookups.add(h, present)
+	if !present && g.auditCh != nil && h%auditEvery == 0 {
+		g.offerAudit(nk)
+	}
 	return present, true
+}
+
+// offerAudit hands a copy of an "absent" key to the self-audit, unless it is
+// busy.
+func (g *Gate) offerAudit(nk []byte) {
+	select {
+	case g.auditCh <- append([]byte(nil), nk...):
+	default:
+	}
 }
 
 // hash normalises key and hashes it with seed.
@@ -435,6 +467,9 @@ func (g *Gate) Close() error {
 	was := g.closed
 	g.closed = true
 	g.setStateLocked(StateDegraded, "closed")
+	if !was && g.auditStop != nil {
+		close(g.auditStop)
+	}
 	g.mu.Unlock() // Unregister collects, which takes g.mu
 	if !was && g.cfg.Registerer != nil {
 		g.cfg.Registerer.Unregister(g.collector())
@@ -475,6 +510,10 @@ type Stats struct {
 	FeedPosition uint64
 	FeedLag      time.Duration
 	Snapshots    uint64
+	// AuditSamples counts "absent" answers the self-audit checked against
+	// the table (Config.Audit), AuditFalseNegatives those it found a row
+	// for: 0 of AuditSamples is the figure a dashboard shows.
+	AuditSamples, AuditFalseNegatives uint64
 	// Filter describes the serving filter (zero while warming).
 	Filter filter.Stats
 }
@@ -491,6 +530,7 @@ func (g *Gate) Stats() Stats {
 	}
 	s.Builds = g.m.builds.Load()
 	s.FeedPosition, s.FeedLag, s.Snapshots = g.m.feedPosition.Load(), time.Duration(g.m.feedLag.Load()), g.m.snapshots.Load()
+	s.AuditSamples, s.AuditFalseNegatives = g.m.auditSamples.Load(), g.m.auditFalseNegatives.Load()
 	g.mu.Lock()
 	s.UnhonouredRemoves = g.unhonoured
 	s.JournalAdds = g.journal.n

@@ -51,6 +51,8 @@ type metrics struct {
 	feedLag      atomic.Int64  // time.Duration behind the feed (Follow)
 	snapshots    atomic.Uint64
 
+	auditSamples, auditFalseNegatives atomic.Uint64
+
 	once         sync.Once // creates the histogram and counter below
 	buildSeconds *prometheus.HistogramVec
 	buildsTotal  *prometheus.CounterVec
@@ -112,6 +114,8 @@ var (
 	descFeedPosition = desc("feed_position", "Change-feed position applied (PostgreSQL: LSN), while following a feed.")
 	descFeedLag      = desc("feed_lag_seconds", "How far the applied position is behind the feed's head, while following a feed.")
 	descSnapshots    = desc("snapshots_total", "Snapshots written while following a feed.")
+	descAuditSamples = desc("audit_samples_total", "'Absent' answers the self-audit checked against the table.")
+	descAuditFN      = desc("audit_false_negatives_total", "Audited 'absent' answers whose row the table held: false negatives.")
 )
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -132,7 +136,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLookups, descAbsent, descFailOpen, descFetches, descEmpty, descAdds,
 		descRemoves, descRemoveMisses, descObservedFP, descEstimatedFP, descConfiguredFP, descItems, descDistinct,
 		descFill, descBytes, descCapacity, descState, descUnhonoured, descJournal, descFeedPosition, descFeedLag,
-		descSnapshots} {
+		descSnapshots, descAuditSamples, descAuditFN} {
 		ch <- d
 	}
 	seconds, total := c.m.vecs()
@@ -175,6 +179,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descFeedPosition, float64(s.FeedPosition))
 	gauge(descFeedLag, s.FeedLag.Seconds())
 	counter(descSnapshots, s.Snapshots)
+	counter(descAuditSamples, s.AuditSamples)
+	counter(descAuditFN, s.AuditFalseNegatives)
 	for st := StateWarming; st <= StateDegraded; st++ {
 		v := 0.0
 		if st == s.State {
