@@ -180,6 +180,8 @@ type frameReader struct {
 	paramsLen uint32
 	maxBytes  uint64
 	scratch   [8]byte
+	//lint:ignore U1000 the portable twin (words_safe.go, build tag purego) stages payloads in it
+	buf []byte
 }
 
 // openFrame reads and checks the fixed header. want = 0 accepts any kind.
