@@ -15,25 +15,31 @@ import (
 // a loop, it is not an assertion: a slow machine checks fewer lookups.
 const stressBudget = 2 * time.Second
 
-// heldKeys tracks which keys of a stress are held: a key is marked after its
-// Add returned nil and unmarked before its Remove is called, so a reader that
-// sees the mark both before and after a lookup knows the key was present for
-// the whole lookup.
+// heldKeys tracks which keys of a stress are held. Each key has an epoch,
+// odd while held: it is bumped to odd after the key's Add returned nil and
+// to even before its Remove is called. A reader that sees the same odd epoch
+// before and after a lookup knows the key was present for the whole lookup
+// (a bool would not do: a key removed and added back between the two reads
+// would look held throughout).
 type heldKeys struct {
-	keys [][]byte
-	held []atomic.Bool
+	keys  [][]byte
+	epoch []atomic.Uint64
 }
 
 func newHeldKeys(keys [][]byte) *heldKeys {
-	return &heldKeys{keys: keys, held: make([]atomic.Bool, len(keys))}
+	return &heldKeys{keys: keys, epoch: make([]atomic.Uint64, len(keys))}
 }
+
+func (h *heldKeys) mark(i int)   { h.epoch[i].Add(1) } // even → odd: held
+func (h *heldKeys) unmark(i int) { h.epoch[i].Add(1) } // odd → even: not held
 
 // checkHeld looks up every held key once, returning the lookups made and the
 // false negatives found. With count it checks Count ≥ 1 instead of
 // MayContain (Count reads every slot rather than stopping at a match).
 func (h *heldKeys) checkHeld(c *filter.Cuckoo, count bool) (lookups, misses int64) {
 	for i, k := range h.keys {
-		if !h.held[i].Load() {
+		e := h.epoch[i].Load()
+		if e&1 == 0 {
 			continue
 		}
 		var present bool
@@ -42,8 +48,8 @@ func (h *heldKeys) checkHeld(c *filter.Cuckoo, count bool) (lookups, misses int6
 		} else {
 			present = c.MayContain(k)
 		}
-		if !h.held[i].Load() {
-			continue // removed meanwhile: either answer is right
+		if h.epoch[i].Load() != e {
+			continue // removed (and maybe added back) meanwhile: either answer is right
 		}
 		lookups++
 		if !present {
@@ -110,7 +116,7 @@ func cuckooChurn(t *testing.T, c *filter.Cuckoo, keys [][]byte) (ambiguous int64
 				free = append(free, i)
 				continue
 			}
-			h.held[i].Store(true)
+			h.mark(i)
 			held = append(held, i)
 		}
 		t.Logf("%d keys held, %d refused with ErrFull", len(held), len(free))
@@ -122,10 +128,10 @@ func cuckooChurn(t *testing.T, c *filter.Cuckoo, keys [][]byte) (ambiguous int64
 			}
 			old := held[0]
 			held = held[1:]
-			h.held[old].Store(false)
+			h.unmark(old)
 			switch err := c.Remove(h.keys[old]); {
 			case errors.Is(err, filter.ErrAmbiguous):
-				h.held[old].Store(true) // still present
+				h.mark(old) // still present
 				held = append(held, old)
 				ambiguous++
 				continue
@@ -145,7 +151,7 @@ func cuckooChurn(t *testing.T, c *filter.Cuckoo, keys [][]byte) (ambiguous int64
 					free = append(free, k)
 					continue
 				}
-				h.held[k].Store(true)
+				h.mark(k)
 				held = append(held, k)
 				break
 			}
