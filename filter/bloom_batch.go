@@ -7,15 +7,14 @@ import "sync/atomic"
 // A lookup in a filter much larger than the CPU caches is one cache miss (and,
 // without huge pages, one TLB miss) on the key's block. One at a time, the
 // probe's early exit depends on the block's contents, so the CPU stalls on each
-// miss before it can start the next. The batched lookups work on groups of
-// lookupGroup keys in three passes: hash every key of the group, load one word
-// of every key's block (independent loads, so their misses overlap), then
-// probe the blocks, which are now in cache.
+// miss before it can start the next. The batched lookups run as a pipeline:
+// while they probe key i, they hash key i+lookAhead and load one word of that
+// key's block (touch), a load whose result nothing waits for, so up to
+// lookAhead misses are in flight while earlier keys are probed in cache.
 
-// lookupGroup is how many keys a batched lookup hashes and touches before it
-// probes any. 16 is more misses than a core keeps in flight at once, and the
-// group's hashes stay in registers and one cache line of stack.
-const lookupGroup = 16
+// lookAhead is how many keys ahead of the probe a batched lookup hashes and
+// touches; a power of two, so the ring index is a mask.
+const lookAhead = 16
 
 // MayContainMany reports for each keys[i] whether it may be in the filter,
 // in out[i], and returns how many of keys may be (the number of true values it
@@ -31,15 +30,26 @@ const lookupGroup = 16
 // caches, because it overlaps the cache misses of several keys.
 func (f *Bloom) MayContainMany(keys [][]byte, out []bool) int {
 	out = out[:len(keys)]
-	var hs [lookupGroup]uint64
+	words, blocks, seed := f.words, f.blocks, f.seed
+	var ring [lookAhead]uint64
+	for j, k := range keys[:min(len(keys), lookAhead)] {
+		h := Hash(k, seed)
+		ring[j] = h
+		touch(words, blocks, h)
+	}
 	n := 0
-	for len(keys) > 0 {
-		c := min(len(keys), lookupGroup)
-		for i, k := range keys[:c] {
-			hs[i] = Hash(k, f.seed)
+	for i := range keys {
+		h := ring[i%lookAhead]
+		if j := i + lookAhead; j < len(keys) {
+			hj := Hash(keys[j], seed)
+			ring[j%lookAhead] = hj
+			touch(words, blocks, hj)
 		}
-		n += f.probeGroup(hs[:c], out[:c])
-		keys, out = keys[c:], out[c:]
+		ok := f.MayContainHash(h)
+		out[i] = ok
+		if ok {
+			n++
+		}
 	}
 	return n
 }
@@ -49,15 +59,26 @@ func (f *Bloom) MayContainMany(keys [][]byte, out []bool) int {
 // how many may be, panics if len(out) < len(keys), and does not allocate.
 func (f *Bloom) MayContainStrings(keys []string, out []bool) int {
 	out = out[:len(keys)]
-	var hs [lookupGroup]uint64
+	words, blocks, seed := f.words, f.blocks, f.seed
+	var ring [lookAhead]uint64
+	for j, k := range keys[:min(len(keys), lookAhead)] {
+		h := HashString(k, seed)
+		ring[j] = h
+		touch(words, blocks, h)
+	}
 	n := 0
-	for len(keys) > 0 {
-		c := min(len(keys), lookupGroup)
-		for i, k := range keys[:c] {
-			hs[i] = HashString(k, f.seed)
+	for i := range keys {
+		h := ring[i%lookAhead]
+		if j := i + lookAhead; j < len(keys) {
+			hj := HashString(keys[j], seed)
+			ring[j%lookAhead] = hj
+			touch(words, blocks, hj)
 		}
-		n += f.probeGroup(hs[:c], out[:c])
-		keys, out = keys[c:], out[c:]
+		ok := f.MayContainHash(h)
+		out[i] = ok
+		if ok {
+			n++
+		}
 	}
 	return n
 }
@@ -68,36 +89,29 @@ func (f *Bloom) MayContainStrings(keys []string, out []bool) int {
 // allocate.
 func (f *Bloom) MayContainHashMany(hashes []uint64, out []bool) int {
 	out = out[:len(hashes)]
-	n := 0
-	for len(hashes) > 0 {
-		c := min(len(hashes), lookupGroup)
-		n += f.probeGroup(hashes[:c], out[:c])
-		hashes, out = hashes[c:], out[c:]
-	}
-	return n
-}
-
-// probeGroup answers up to lookupGroup hashes into out (len(out) ==
-// len(hs)): first it loads the first word of every hash's block, so the
-// misses overlap, then it probes each block.
-func (f *Bloom) probeGroup(hs []uint64, out []bool) int {
-	out = out[:len(hs)]
 	words, blocks := f.words, f.blocks
-	var touched uint64
-	for _, h := range hs {
-		i := (h >> 32) * blocks >> 32
-		// An atomic load is never removed by the compiler, and it is a plain
-		// MOV on amd64 and arm64: the CPU issues all of these at once.
-		touched |= atomic.LoadUint64(&words[i*blockWords])
+	for _, h := range hashes[:min(len(hashes), lookAhead)] {
+		touch(words, blocks, h)
 	}
-	_ = touched
 	n := 0
-	for j, h := range hs {
+	for i, h := range hashes {
+		if j := i + lookAhead; j < len(hashes) {
+			touch(words, blocks, hashes[j])
+		}
 		ok := f.MayContainHash(h)
-		out[j] = ok
+		out[i] = ok
 		if ok {
 			n++
 		}
 	}
 	return n
+}
+
+// touch loads the first word of h's block, so that the block is in cache
+// when it is probed lookAhead keys later. The load is atomic because Add may
+// be writing the word; an atomic load is a plain MOV on amd64 and arm64, and
+// the compiler never removes it, though its value is unused.
+func touch(words []uint64, blocks, h uint64) {
+	i := (h >> 32) * blocks >> 32
+	atomic.LoadUint64(&words[i*blockWords])
 }
