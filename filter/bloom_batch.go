@@ -7,13 +7,19 @@ import "sync/atomic"
 // A lookup in a filter much larger than the CPU caches is one cache miss (and,
 // without huge pages, one TLB miss) on the key's block. One at a time, the
 // probe's early exit depends on the block's contents, so the CPU stalls on each
-// miss before it can start the next. The batched lookups run as a pipeline:
-// while they probe key i, they hash key i+lookAhead and load one word of that
-// key's block (touch), a load whose result nothing waits for, so up to
-// lookAhead misses are in flight while earlier keys are probed in cache.
+// miss before it can start the next. The batched lookups first load one word
+// of the block of several keys (touch), loads whose results nothing waits for,
+// so their misses are in flight together, then probe those blocks in cache.
+// MayContainMany and MayContainStrings touch each key's block as soon as they
+// have hashed it, so the misses also overlap the hashing of the next keys of
+// the group, and probe the group after; MayContainHashMany, which has no
+// hashing to hide behind, touches lookAhead keys ahead of the one it probes.
 
-// lookAhead is how many keys ahead of the probe a batched lookup hashes and
-// touches; a power of two, so the ring index is a mask.
+// hashGroup is how many keys MayContainMany hashes and touches before it
+// probes them.
+const hashGroup = 32
+
+// lookAhead is how many hashes ahead of its probe MayContainHashMany touches.
 const lookAhead = 16
 
 // MayContainMany reports for each keys[i] whether it may be in the filter,
@@ -30,26 +36,17 @@ const lookAhead = 16
 // caches, because it overlaps the cache misses of several keys.
 func (f *Bloom) MayContainMany(keys [][]byte, out []bool) int {
 	out = out[:len(keys)]
-	words, blocks, seed := f.words, f.blocks, f.seed
-	var ring [lookAhead]uint64
-	for j, k := range keys[:min(len(keys), lookAhead)] {
-		h := Hash(k, seed)
-		ring[j] = h
-		touch(words, blocks, h)
-	}
+	var hs [hashGroup]uint64
 	n := 0
-	for i := range keys {
-		h := ring[i%lookAhead]
-		if j := i + lookAhead; j < len(keys) {
-			hj := Hash(keys[j], seed)
-			ring[j%lookAhead] = hj
-			touch(words, blocks, hj)
+	for len(keys) > 0 {
+		c := min(len(keys), hashGroup)
+		for i, k := range keys[:c] {
+			h := Hash(k, f.seed)
+			hs[i] = h
+			f.touch(h)
 		}
-		ok := f.MayContainHash(h)
-		out[i] = ok
-		if ok {
-			n++
-		}
+		n += f.probeAll(hs[:c], out[:c])
+		keys, out = keys[c:], out[c:]
 	}
 	return n
 }
@@ -59,21 +56,26 @@ func (f *Bloom) MayContainMany(keys [][]byte, out []bool) int {
 // how many may be, panics if len(out) < len(keys), and does not allocate.
 func (f *Bloom) MayContainStrings(keys []string, out []bool) int {
 	out = out[:len(keys)]
-	words, blocks, seed := f.words, f.blocks, f.seed
-	var ring [lookAhead]uint64
-	for j, k := range keys[:min(len(keys), lookAhead)] {
-		h := HashString(k, seed)
-		ring[j] = h
-		touch(words, blocks, h)
-	}
+	var hs [hashGroup]uint64
 	n := 0
-	for i := range keys {
-		h := ring[i%lookAhead]
-		if j := i + lookAhead; j < len(keys) {
-			hj := HashString(keys[j], seed)
-			ring[j%lookAhead] = hj
-			touch(words, blocks, hj)
+	for len(keys) > 0 {
+		c := min(len(keys), hashGroup)
+		for i, k := range keys[:c] {
+			h := HashString(k, f.seed)
+			hs[i] = h
+			f.touch(h)
 		}
+		n += f.probeAll(hs[:c], out[:c])
+		keys, out = keys[c:], out[c:]
+	}
+	return n
+}
+
+// probeAll probes the blocks of hs, already touched, into out.
+func (f *Bloom) probeAll(hs []uint64, out []bool) int {
+	out = out[:len(hs)]
+	n := 0
+	for i, h := range hs {
 		ok := f.MayContainHash(h)
 		out[i] = ok
 		if ok {
@@ -89,14 +91,13 @@ func (f *Bloom) MayContainStrings(keys []string, out []bool) int {
 // allocate.
 func (f *Bloom) MayContainHashMany(hashes []uint64, out []bool) int {
 	out = out[:len(hashes)]
-	words, blocks := f.words, f.blocks
 	for _, h := range hashes[:min(len(hashes), lookAhead)] {
-		touch(words, blocks, h)
+		f.touch(h)
 	}
 	n := 0
 	for i, h := range hashes {
 		if j := i + lookAhead; j < len(hashes) {
-			touch(words, blocks, hashes[j])
+			f.touch(hashes[j])
 		}
 		ok := f.MayContainHash(h)
 		out[i] = ok
@@ -108,10 +109,9 @@ func (f *Bloom) MayContainHashMany(hashes []uint64, out []bool) int {
 }
 
 // touch loads the first word of h's block, so that the block is in cache
-// when it is probed lookAhead keys later. The load is atomic because Add may
+// when it is probed. The load is atomic because Add may
 // be writing the word; an atomic load is a plain MOV on amd64 and arm64, and
 // the compiler never removes it, though its value is unused.
-func touch(words []uint64, blocks, h uint64) {
-	i := (h >> 32) * blocks >> 32
-	atomic.LoadUint64(&words[i*blockWords])
+func (f *Bloom) touch(h uint64) {
+	atomic.LoadUint64(&f.block(h)[0])
 }

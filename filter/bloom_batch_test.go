@@ -200,15 +200,19 @@ func TestBloomBatchAllocs(t *testing.T) {
 		}
 	}
 	out := make([]bool, len(keys))
+	long := bytes.Repeat([]byte("long key "), 40) // beyond the inline hash
+	slong := string(long)
 	b, _ := filter.NewBloomBuilder(filter.BloomConfig{Capacity: 1000})
 	for name, fn := range map[string]func(){
-		"MayContainMany":     func() { f.MayContainMany(keys, out) },
-		"MayContainStrings":  func() { f.MayContainStrings(strs, out) },
-		"MayContainHashMany": func() { f.MayContainHashMany(hashes, out) },
-		"MayContainHash":     func() { f.MayContainHash(hashes[1]) },
-		"Builder.Add":        func() { b.Add(keys[0]) },
-		"Builder.AddString":  func() { b.AddString(strs[0]) },
-		"Builder.AddHash":    func() { b.AddHash(hashes[0]) },
+		"MayContainMany":        func() { f.MayContainMany(keys, out) },
+		"MayContainStrings":     func() { f.MayContainStrings(strs, out) },
+		"MayContainHashMany":    func() { f.MayContainHashMany(hashes, out) },
+		"MayContainHash":        func() { f.MayContainHash(hashes[1]) },
+		"MayContain/long":       func() { f.MayContain(long) },
+		"MayContainString/long": func() { f.MayContainString(slong) },
+		"Builder.Add":           func() { b.Add(keys[0]) },
+		"Builder.AddString":     func() { b.AddString(strs[0]) },
+		"Builder.AddHash":       func() { b.AddHash(hashes[0]) },
 	} {
 		if n := testing.AllocsPerRun(100, fn); n != 0 {
 			t.Errorf("%s allocates %.1f times per call", name, n)
