@@ -20,7 +20,8 @@ package filter
 // other goroutine may use its filter in any way (not even MayContain, Stats or
 // WriteTo): such use is a data race, and concurrent Adds may lose each other's
 // bits (false negatives). A filter that is already shared must be filled with
-// Bloom.Add instead.
+// Bloom.Add instead. Create one with NewBloomBuilder or Bloom.Builder; the
+// zero value is not usable.
 type BloomBuilder struct {
 	f     *Bloom
 	added uint64
