@@ -1,26 +1,19 @@
 package filter
 
-import "sync/atomic"
-
 // Batched lookups.
 //
 // A lookup in a filter much larger than the CPU caches is one cache miss (and,
 // without huge pages, one TLB miss) on the key's block. One at a time, the
 // probe's early exit depends on the block's contents, so the CPU stalls on each
-// miss before it can start the next. The batched lookups first load one word
-// of the block of several keys (touch), loads whose results nothing waits for,
-// so their misses are in flight together, then probe those blocks in cache.
-// MayContainMany and MayContainStrings touch each key's block as soon as they
-// have hashed it, so the misses also overlap the hashing of the next keys of
-// the group, and probe the group after; MayContainHashMany, which has no
-// hashing to hide behind, touches lookAhead keys ahead of the one it probes.
+// miss before it can start on the next keys. The batched lookups work on
+// groups of hashGroup keys, as a two-stage pipeline: hash group g+1 and
+// prefetch its blocks (prefetch), then probe group g, whose blocks were
+// prefetched one step earlier and are now in cache. The misses of a whole
+// group are in flight together, and behind the hashing and probing of the
+// keys around them.
 
-// hashGroup is how many keys MayContainMany hashes and touches before it
-// probes them.
+// hashGroup is how many keys a batched lookup hashes and prefetches at once.
 const hashGroup = 32
-
-// lookAhead is how many hashes ahead of its probe MayContainHashMany touches.
-const lookAhead = 16
 
 // MayContainMany reports for each keys[i] whether it may be in the filter,
 // in out[i], and returns how many of keys may be (the number of true values it
@@ -33,19 +26,21 @@ const lookAhead = 16
 // the call is reported present.
 //
 // It is faster per key than MayContain when the filter is larger than the CPU
-// caches, because it overlaps the cache misses of several keys.
+// caches, because it overlaps the cache misses of many keys.
 func (f *Bloom) MayContainMany(keys [][]byte, out []bool) int {
 	out = out[:len(keys)]
-	var hs [hashGroup]uint64
-	n := 0
-	for len(keys) > 0 {
+	var ring [2][hashGroup]uint64
+	n, prev, g := 0, 0, 0
+	var prevOut []bool
+	for len(keys) > 0 || prev > 0 {
 		c := min(len(keys), hashGroup)
+		hs := ring[g][:c]
 		for i, k := range keys[:c] {
-			h := Hash(k, f.seed)
-			hs[i] = h
-			f.touch(h)
+			hs[i] = Hash(k, f.seed)
 		}
-		n += f.probeAll(hs[:c], out[:c])
+		f.prefetch(hs)
+		n += f.probeAll(ring[g^1][:prev], prevOut)
+		prev, prevOut, g = c, out[:c], g^1
 		keys, out = keys[c:], out[c:]
 	}
 	return n
@@ -56,22 +51,40 @@ func (f *Bloom) MayContainMany(keys [][]byte, out []bool) int {
 // how many may be, panics if len(out) < len(keys), and does not allocate.
 func (f *Bloom) MayContainStrings(keys []string, out []bool) int {
 	out = out[:len(keys)]
-	var hs [hashGroup]uint64
-	n := 0
-	for len(keys) > 0 {
+	var ring [2][hashGroup]uint64
+	n, prev, g := 0, 0, 0
+	var prevOut []bool
+	for len(keys) > 0 || prev > 0 {
 		c := min(len(keys), hashGroup)
+		hs := ring[g][:c]
 		for i, k := range keys[:c] {
-			h := HashString(k, f.seed)
-			hs[i] = h
-			f.touch(h)
+			hs[i] = HashString(k, f.seed)
 		}
-		n += f.probeAll(hs[:c], out[:c])
+		f.prefetch(hs)
+		n += f.probeAll(ring[g^1][:prev], prevOut)
+		prev, prevOut, g = c, out[:c], g^1
 		keys, out = keys[c:], out[c:]
 	}
 	return n
 }
 
-// probeAll probes the blocks of hs, already touched, into out.
+// MayContainHashMany is MayContainMany for keys given by their hashes (see
+// Hash): out[i] reports what MayContainHash(hashes[i]) would. It returns how
+// many may be present, panics if len(out) < len(hashes), and does not
+// allocate.
+func (f *Bloom) MayContainHashMany(hashes []uint64, out []bool) int {
+	out = out[:len(hashes)]
+	f.prefetch(hashes[:min(len(hashes), hashGroup)])
+	n := 0
+	for i := 0; i < len(hashes); i += hashGroup {
+		end := min(i+hashGroup, len(hashes))
+		f.prefetch(hashes[end:min(end+hashGroup, len(hashes))])
+		n += f.probeAll(hashes[i:end], out[i:end])
+	}
+	return n
+}
+
+// probeAll probes the blocks of hs into out (len(out) == len(hs)).
 func (f *Bloom) probeAll(hs []uint64, out []bool) int {
 	out = out[:len(hs)]
 	n := 0
@@ -83,35 +96,4 @@ func (f *Bloom) probeAll(hs []uint64, out []bool) int {
 		}
 	}
 	return n
-}
-
-// MayContainHashMany is MayContainMany for keys given by their hashes (see
-// Hash): out[i] reports what MayContainHash(hashes[i]) would. It returns how
-// many may be present, panics if len(out) < len(hashes), and does not
-// allocate.
-func (f *Bloom) MayContainHashMany(hashes []uint64, out []bool) int {
-	out = out[:len(hashes)]
-	for _, h := range hashes[:min(len(hashes), lookAhead)] {
-		f.touch(h)
-	}
-	n := 0
-	for i, h := range hashes {
-		if j := i + lookAhead; j < len(hashes) {
-			f.touch(hashes[j])
-		}
-		ok := f.MayContainHash(h)
-		out[i] = ok
-		if ok {
-			n++
-		}
-	}
-	return n
-}
-
-// touch loads the first word of h's block, so that the block is in cache
-// when it is probed. The load is atomic because Add may
-// be writing the word; an atomic load is a plain MOV on amd64 and arm64, and
-// the compiler never removes it, though its value is unused.
-func (f *Bloom) touch(h uint64) {
-	atomic.LoadUint64(&f.block(h)[0])
 }
