@@ -110,6 +110,16 @@ func BenchmarkLookupAbsent(b *testing.B) {
 	})
 }
 
+// BenchmarkLookupBatch looks up absent keys in batches of LookupBatch: one
+// MayContainMany call per batch for bloomgate, a loop over the batch for the
+// peers. One op is one key.
+func BenchmarkLookupBatch(b *testing.B) {
+	matrix(b, false, func(b *testing.B, keys *Keys, f Filter) {
+		b.ReportAllocs()
+		f.BenchLookupBatch(b, keys.Absent)
+	})
+}
+
 // BenchmarkLookupParallel looks up absent keys from Goroutines goroutines.
 func BenchmarkLookupParallel(b *testing.B) {
 	matrix(b, false, func(b *testing.B, keys *Keys, f Filter) {

@@ -29,7 +29,7 @@ func TestRun(t *testing.T) {
 				continue
 			}
 			got++
-			if r.N != n || !(r.PresentNs > 0 && r.AbsentNs > 0 && r.ParallelMops > 0 && r.EncodeMs > 0 && r.DecodeMs > 0) {
+			if r.N != n || !(r.PresentNs > 0 && r.AbsentNs > 0 && r.BatchNs > 0 && r.BuildNsKey > 0 && r.ParallelMops > 0 && r.EncodeMs > 0 && r.DecodeMs > 0) {
 				t.Errorf("%s: incomplete row %+v", c.Name, r)
 			}
 			if c.Static == (r.AddNs > 0) {
@@ -52,8 +52,8 @@ func TestRun(t *testing.T) {
 		}
 	}
 	ts := Targets(rows)
-	if len(ts) != 3+2*len(rates) {
-		t.Errorf("%d targets, want %d", len(ts), 3+2*len(rates))
+	if want := 1 + 7*len(rates); len(ts) != want {
+		t.Errorf("%d targets, want %d", len(ts), want)
 	}
 	for _, tg := range ts {
 		if !tg.Known {

@@ -34,6 +34,11 @@ type Filter interface {
 	// BenchLookup times lookups of keys, cycling through them, and returns
 	// how many were reported present.
 	BenchLookup(b *testing.B, keys [][]byte) int
+	// BenchLookupBatch is BenchLookup with the keys handed over in batches
+	// of LookupBatch (see benchBatches; one op is still one key): bloomgate
+	// answers a batch with one MayContainMany call, the peers, which have
+	// no batched lookup, with their lookup in a loop over the batch.
+	BenchLookupBatch(b *testing.B, keys [][]byte) int
 	// Count returns how many of keys the filter reports present.
 	Count(keys [][]byte) int
 	// Bytes is the memory held by the filter's table.
@@ -62,6 +67,7 @@ type Contender struct {
 const (
 	NameBloomgate    = "bloomgate"
 	NameBloomgateH   = "bloomgate-hashed"
+	NameBloomgateB   = "bloomgate-builder"
 	NameBlobloom     = "blobloom"
 	NameBitsAndBloom = "bits-and-blooms"
 	NameBinaryFuse8  = "binaryfuse8"
@@ -72,6 +78,7 @@ func Contenders() []Contender {
 	return []Contender{
 		{Name: NameBloomgate, Codec: "Bloom.WriteTo / filter.DecodeBloom (CRC-32C verified)", Build: buildBloomgate},
 		{Name: NameBloomgateH, Codec: "the same as bloomgate (same filter, looked up as MayContainHash(Hash(key)))", Build: buildBloomgateHashed},
+		{Name: NameBloomgateB, Codec: "the same as bloomgate (filled with a filter.BloomBuilder, then looked up like bloomgate)", Build: buildBloomgateBuilder},
 		{Name: NameBlobloom, Codec: "blobloom.Dump / blobloom.NewLoader(r).Load", Build: buildBlobloom},
 		{Name: NameBitsAndBloom, Codec: "BloomFilter.WriteTo / BloomFilter.ReadFrom", Build: buildBitsAndBlooms},
 		{Name: NameBinaryFuse8, Static: true, Codec: "BinaryFuse8.Save / xorfilter.LoadBinaryFuse8", Build: buildBinaryFuse8},
@@ -134,6 +141,11 @@ func (x *bloomgateFilter) BenchLookup(b *testing.B, keys [][]byte) int {
 		}
 	}
 	return hits
+}
+
+func (x *bloomgateFilter) BenchLookupBatch(b *testing.B, keys [][]byte) int {
+	f := x.f
+	return benchBatches(b, keys, func(keys [][]byte, out []bool) int { return f.MayContainMany(keys, out) })
 }
 
 func (x *bloomgateFilter) Count(keys [][]byte) int {
@@ -205,6 +217,18 @@ func (x *bloomgateHashedFilter) BenchLookup(b *testing.B, keys [][]byte) int {
 	return hits
 }
 
+func (x *bloomgateHashedFilter) BenchLookupBatch(b *testing.B, keys [][]byte) int {
+	f := x.f
+	var hs [LookupBatch]uint64
+	return benchBatches(b, keys, func(keys [][]byte, out []bool) int {
+		hs := hs[:len(keys)]
+		for i, k := range keys {
+			hs[i] = f.Hash(k)
+		}
+		return f.MayContainHashMany(hs, out)
+	})
+}
+
 func (x *bloomgateHashedFilter) Count(keys [][]byte) int {
 	hits := 0
 	for _, k := range keys {
@@ -221,6 +245,53 @@ func (x *bloomgateHashedFilter) Decode(enc []byte) (Filter, error) {
 		return nil, err
 	}
 	return &bloomgateHashedFilter{*f.(*bloomgateFilter)}, nil
+}
+
+// bloomgate-builder: the same filter.Bloom, filled by a filter.BloomBuilder
+// (plain writes, one goroutine, published by Finish) instead of Bloom.Add.
+// Lookups are bloomgate's.
+
+type bloomgateBuilderFilter struct{ bloomgateFilter }
+
+func buildBloomgateBuilder(keys [][]byte, p float64) (Filter, error) {
+	bld, err := filter.NewBloomBuilder(filter.BloomConfig{Capacity: uint64(len(keys)), FPRate: p})
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		bld.Add(k)
+	}
+	return &bloomgateBuilderFilter{bloomgateFilter{f: bld.Finish(), n: len(keys), p: p}}, nil
+}
+
+func (x *bloomgateBuilderFilter) BenchAdd(b *testing.B, keys [][]byte) {
+	newBuilder := func() *filter.BloomBuilder {
+		bld, err := filter.NewBloomBuilder(filter.BloomConfig{Capacity: uint64(x.n), FPRate: x.p})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return bld
+	}
+	bld := newBuilder()
+	i := 0
+	for b.Loop() {
+		if i == len(keys) {
+			b.StopTimer()
+			bld = newBuilder()
+			i = 0
+			b.StartTimer()
+		}
+		bld.Add(keys[i])
+		i++
+	}
+}
+
+func (x *bloomgateBuilderFilter) Decode(enc []byte) (Filter, error) {
+	f, err := x.bloomgateFilter.Decode(enc)
+	if err != nil {
+		return nil, err
+	}
+	return &bloomgateBuilderFilter{*f.(*bloomgateFilter)}, nil
 }
 
 // blobloom: the plain (not concurrency-safe) blobloom.Filter, the fastest it
@@ -270,6 +341,21 @@ func (x *blobloomFilter) BenchLookup(b *testing.B, keys [][]byte) int {
 		}
 	}
 	return hits
+}
+
+func (x *blobloomFilter) BenchLookupBatch(b *testing.B, keys [][]byte) int {
+	f := x.f
+	return benchBatches(b, keys, func(keys [][]byte, out []bool) int {
+		n := 0
+		for i, k := range keys {
+			ok := f.Has(hash(k))
+			out[i] = ok
+			if ok {
+				n++
+			}
+		}
+		return n
+	})
 }
 
 func (x *blobloomFilter) Count(keys [][]byte) int {
@@ -346,6 +432,21 @@ func (x *bitsAndBloomsFilter) BenchLookup(b *testing.B, keys [][]byte) int {
 	return hits
 }
 
+func (x *bitsAndBloomsFilter) BenchLookupBatch(b *testing.B, keys [][]byte) int {
+	f := x.f
+	return benchBatches(b, keys, func(keys [][]byte, out []bool) int {
+		n := 0
+		for i, k := range keys {
+			ok := f.Test(k)
+			out[i] = ok
+			if ok {
+				n++
+			}
+		}
+		return n
+	})
+}
+
 func (x *bitsAndBloomsFilter) Count(keys [][]byte) int {
 	hits := 0
 	for _, k := range keys {
@@ -402,6 +503,21 @@ func (x *binaryFuse8Filter) BenchLookup(b *testing.B, keys [][]byte) int {
 	return hits
 }
 
+func (x *binaryFuse8Filter) BenchLookupBatch(b *testing.B, keys [][]byte) int {
+	f := x.f
+	return benchBatches(b, keys, func(keys [][]byte, out []bool) int {
+		n := 0
+		for i, k := range keys {
+			ok := f.Contains(hash(k))
+			out[i] = ok
+			if ok {
+				n++
+			}
+		}
+		return n
+	})
+}
+
 func (x *binaryFuse8Filter) Count(keys [][]byte) int {
 	hits := 0
 	for _, k := range keys {
@@ -422,4 +538,29 @@ func (x *binaryFuse8Filter) Decode(enc []byte) (Filter, error) {
 		return nil, err
 	}
 	return &binaryFuse8Filter{f: f}, nil
+}
+
+// LookupBatch is how many keys a batched lookup is given at once.
+const LookupBatch = 256
+
+// benchBatches times lookup on consecutive batches of LookupBatch keys,
+// cycling through keys (a batch never wraps around: the last one of a cycle
+// may be shorter), and returns how many keys were reported present. One op is
+// one key: the batch is looked up when b.Loop reaches its first key, so the
+// count covers whole batches, up to LookupBatch-1 keys past b.N.
+func benchBatches(b *testing.B, keys [][]byte, lookup func(keys [][]byte, out []bool) int) int {
+	var out [LookupBatch]bool
+	hits, i, left := 0, 0, 0
+	for b.Loop() {
+		if left == 0 {
+			batch := keys[i:min(i+LookupBatch, len(keys))]
+			hits += lookup(batch, out[:len(batch)])
+			left = len(batch)
+			if i += len(batch); i == len(keys) {
+				i = 0
+			}
+		}
+		left--
+	}
+	return hits
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -142,6 +143,7 @@ type Row struct {
 	AddNs        float64 // ns per Add of a new key
 	PresentNs    float64 // ns per lookup of a present key
 	AbsentNs     float64 // ns per lookup of an absent key
+	BatchNs      float64 // ns per absent key, looked up in batches of LookupBatch (BenchLookupBatch)
 	ParallelMops float64 // absent-key lookups per µs on Goroutines goroutines
 	Bytes        int     // memory of the filter's table
 	BitsPerKey   float64 // Bytes·8 / N
@@ -151,8 +153,11 @@ type Row struct {
 	EncodeMs     float64
 	DecodeMs     float64
 	EncodedBytes int
-	BuildNsKey   float64 // build time per key (hashing included), measured once
+	BuildNsKey   float64 // build time per key (hashing included), the median over the rounds
 }
+
+// BuildSeconds is the time to build the filter from all N keys.
+func (r Row) BuildSeconds() float64 { return r.BuildNsKey * float64(r.N) / 1e9 }
 
 // DecodeGBps returns decode throughput in GB/s (10^9 bytes per second).
 func (r Row) DecodeGBps() float64 { return float64(r.EncodedBytes) / (r.DecodeMs * 1e6) }
@@ -226,10 +231,12 @@ func Run(cfg Config) ([]Row, error) {
 // A subject is one built filter being measured.
 type subject struct {
 	row Row
+	c   Contender
 	f   Filter
 	enc []byte
-	// Samples of ns/op per round.
-	add, present, absent, parallel, encode, decode []float64
+	// Samples of ns/op per round (build: ns per key; its first sample is
+	// the build in prepare).
+	add, present, absent, batch, parallel, encode, decode, build []float64
 }
 
 // prepare builds c's filter for keys at rate p and takes the measurements
@@ -246,7 +253,7 @@ func prepare(c Contender, keys *Keys, p float64) (*subject, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.BuildNsKey = float64(time.Since(start).Nanoseconds()) / float64(n)
+	build := float64(time.Since(start).Nanoseconds()) / float64(n)
 	if got := f.Count(keys.Present); got != n {
 		return nil, fmt.Errorf("%d false negatives", n-got)
 	}
@@ -269,7 +276,7 @@ func prepare(c Contender, keys *Keys, p float64) (*subject, error) {
 	if got := g.Count(sample); got != len(sample) {
 		return nil, fmt.Errorf("decoded filter: %d false negatives in %d keys", len(sample)-got, len(sample))
 	}
-	return &subject{row: r, f: f, enc: enc}, nil
+	return &subject{row: r, c: c, f: f, enc: enc, build: []float64{build}}, nil
 }
 
 // time runs one round of the timed measurements.
@@ -286,9 +293,19 @@ func (s *subject) time(progress io.Writer, keys *Keys) {
 	}
 	bench("present", &s.present, func(b *testing.B) { f.BenchLookup(b, keys.Present) })
 	bench("absent", &s.absent, func(b *testing.B) { f.BenchLookup(b, keys.Absent) })
+	bench("batch", &s.batch, func(b *testing.B) { f.BenchLookupBatch(b, keys.Absent) })
 	bench("parallel", &s.parallel, func(b *testing.B) { BenchParallel(b, f, keys.Absent, Goroutines) })
 	bench("encode", &s.encode, func(b *testing.B) { BenchEncode(b, f) })
 	bench("decode", &s.decode, func(b *testing.B) { BenchDecode(b, f, s.enc) })
+	if len(s.build) < len(s.add) || len(s.build) < len(s.absent) {
+		runtime.GC() // as testing.Benchmark does
+		start := time.Now()
+		if _, err := s.c.Build(keys.Present, r.P); err == nil {
+			ns := float64(time.Since(start).Nanoseconds()) / float64(r.N)
+			fmt.Fprintf(progress, "%-16s n=%-9d p=%-10.4g %-9s %12.3f s\n", r.Filter, r.N, r.P, "build", ns*float64(r.N)/1e9)
+			s.build = append(s.build, ns)
+		}
+	}
 }
 
 // result returns the row with the median of each timing.
@@ -297,6 +314,8 @@ func (s *subject) result() Row {
 	r.AddNs = median(s.add)
 	r.PresentNs = median(s.present)
 	r.AbsentNs = median(s.absent)
+	r.BatchNs = median(s.batch)
+	r.BuildNsKey = median(s.build)
 	r.ParallelMops = 1e3 / median(s.parallel)
 	r.EncodeMs = median(s.encode) / 1e6
 	r.DecodeMs = median(s.decode) / 1e6

@@ -52,6 +52,49 @@ func benchBloom(b *testing.B, n int, p float64) {
 			i++
 		}
 	})
+	b.Run("BuilderAdd", func(b *testing.B) {
+		g, _ := filter.NewBloomBuilder(filter.BloomConfig{Capacity: uint64(n), FPRate: p})
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			g.Add(present[i%n])
+			i++
+		}
+	})
+	b.Run("MayContainString/absent", func(b *testing.B) {
+		strs := make([]string, len(absent))
+		for i, k := range absent {
+			strs[i] = string(k)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			f.MayContainString(strs[i&(1<<16-1)])
+			i++
+		}
+	})
+	b.Run("MayContainHash/absent", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			f.MayContainHash(f.Hash(absent[i&(1<<16-1)]))
+			i++
+		}
+	})
+	// One op is one key, looked up in batches of 256.
+	b.Run("MayContainMany/absent", func(b *testing.B) {
+		const batch = 256
+		var out [batch]bool
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if i%batch == 0 {
+				j := i & (1<<16 - 1)
+				f.MayContainMany(absent[j:j+batch], out[:])
+			}
+			i++
+		}
+	})
 	b.Run("Decode", func(b *testing.B) {
 		var buf bytes.Buffer
 		f.WriteTo(&buf)

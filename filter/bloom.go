@@ -92,18 +92,21 @@ func (f *Bloom) Add(key []byte) error { f.addHash(Hash(key, f.seed)); return nil
 func (f *Bloom) AddString(key string) error { f.addHash(HashString(key, f.seed)); return nil }
 
 // MayContain reports whether key may be in the filter.
-func (f *Bloom) MayContain(key []byte) bool { return f.MayContainHash(Hash(key, f.seed)) }
+func (f *Bloom) MayContain(key []byte) bool {
+	_, maybe := lookupKey(f, key) // hashes like Hash; see hash_short.go
+	return maybe
+}
 
 // MayContainString reports whether key may be in the filter.
 func (f *Bloom) MayContainString(key string) bool {
-	return f.MayContainHash(HashString(key, f.seed))
+	_, maybe := lookupKey(f, key)
+	return maybe
 }
 
 // block returns the 8-word block for h. The top 32 bits of h choose the block
 // by multiply-shift (Lemire), the rest of h seeds the probe sequence.
 func (f *Bloom) block(h uint64) *[blockWords]uint64 {
-	i := (h >> 32) * f.blocks >> 32
-	return (*[blockWords]uint64)(f.words[i*blockWords:])
+	return blockAt(f.words, (h>>32)*f.blocks>>32)
 }
 
 // Probe positions: repeated multiplication by an odd 64-bit constant, taking

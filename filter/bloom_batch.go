@@ -1,0 +1,99 @@
+package filter
+
+// Batched lookups.
+//
+// A lookup in a filter much larger than the CPU caches is one cache miss (and,
+// without huge pages, one TLB miss) on the key's block. One at a time, the
+// probe's early exit depends on the block's contents, so the CPU stalls on each
+// miss before it can start on the next keys. The batched lookups work on
+// groups of hashGroup keys, as a two-stage pipeline: hash group g+1 and
+// prefetch its blocks (prefetch), then probe group g, whose blocks were
+// prefetched one step earlier and are now in cache. The misses of a whole
+// group are in flight together, and behind the hashing and probing of the
+// keys around them.
+
+// hashGroup is how many keys a batched lookup hashes and prefetches at once.
+const hashGroup = 32
+
+// MayContainMany reports for each keys[i] whether it may be in the filter,
+// in out[i], and returns how many of keys may be (the number of true values it
+// wrote). out[i] equals what MayContain(keys[i]) would report at the same
+// moment; only out[:len(keys)] is written.
+//
+// len(out) must be at least len(keys): MayContainMany panics, before looking
+// anything up, if out is shorter. It does not allocate, and like MayContain it
+// is safe to call concurrently with Add: every key whose Add returned before
+// the call is reported present.
+//
+// It is faster per key than MayContain when the filter is larger than the CPU
+// caches, because it overlaps the cache misses of many keys.
+func (f *Bloom) MayContainMany(keys [][]byte, out []bool) int {
+	out = out[:len(keys)]
+	var ring [2][hashGroup]uint64
+	n, prev, g := 0, 0, 0
+	var prevOut []bool
+	for len(keys) > 0 || prev > 0 {
+		c := min(len(keys), hashGroup)
+		hs := ring[g][:c]
+		for i, k := range keys[:c] {
+			hs[i] = Hash(k, f.seed)
+		}
+		f.prefetch(hs)
+		n += f.probeAll(ring[g^1][:prev], prevOut)
+		prev, prevOut, g = c, out[:c], g^1
+		keys, out = keys[c:], out[c:]
+	}
+	return n
+}
+
+// MayContainStrings is MayContainMany for string keys: out[i] reports whether
+// keys[i] may be in the filter, as MayContainString(keys[i]) would. It returns
+// how many may be, panics if len(out) < len(keys), and does not allocate.
+func (f *Bloom) MayContainStrings(keys []string, out []bool) int {
+	out = out[:len(keys)]
+	var ring [2][hashGroup]uint64
+	n, prev, g := 0, 0, 0
+	var prevOut []bool
+	for len(keys) > 0 || prev > 0 {
+		c := min(len(keys), hashGroup)
+		hs := ring[g][:c]
+		for i, k := range keys[:c] {
+			hs[i] = HashString(k, f.seed)
+		}
+		f.prefetch(hs)
+		n += f.probeAll(ring[g^1][:prev], prevOut)
+		prev, prevOut, g = c, out[:c], g^1
+		keys, out = keys[c:], out[c:]
+	}
+	return n
+}
+
+// MayContainHashMany is MayContainMany for keys given by their hashes (see
+// Hash): out[i] reports what MayContainHash(hashes[i]) would. It returns how
+// many may be present, panics if len(out) < len(hashes), and does not
+// allocate.
+func (f *Bloom) MayContainHashMany(hashes []uint64, out []bool) int {
+	out = out[:len(hashes)]
+	f.prefetch(hashes[:min(len(hashes), hashGroup)])
+	n := 0
+	for i := 0; i < len(hashes); i += hashGroup {
+		end := min(i+hashGroup, len(hashes))
+		f.prefetch(hashes[end:min(end+hashGroup, len(hashes))])
+		n += f.probeAll(hashes[i:end], out[i:end])
+	}
+	return n
+}
+
+// probeAll probes the blocks of hs into out (len(out) == len(hs)).
+func (f *Bloom) probeAll(hs []uint64, out []bool) int {
+	out = out[:len(hs)]
+	n := 0
+	for i, h := range hs {
+		ok := f.MayContainHash(h)
+		out[i] = ok
+		if ok {
+			n++
+		}
+	}
+	return n
+}
