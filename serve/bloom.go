@@ -198,8 +198,9 @@ func (s *Store) BFExists(name string, items [][]byte) []bool {
 	return out
 }
 
-// mayContainMany answers a batch of lookups. It is the one place to switch
-// to a batched lookup.
+// mayContainMany answers a batch of lookups on a standalone filter, one at a
+// time (filter.Scalable and filter.Cuckoo have no batched lookup; table-backed
+// sets use the gate's MayContainMany).
 func mayContainMany(mayContain func([]byte) bool, items [][]byte, out []bool) {
 	for i, it := range items {
 		out[i] = mayContain(it)

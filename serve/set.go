@@ -122,7 +122,7 @@ func (t *Set) run(ctx context.Context) {
 func (t *Set) close() { t.gate.Close() }
 
 func (t *Set) mayContain(items [][]byte, out []bool) {
-	mayContainMany(t.gate.MayContain, items, out)
+	t.gate.MayContainMany(items, out) // batched: the keys' cache misses overlap
 }
 
 func (t *Set) add(items [][]byte) ([]bool, error, error) {
