@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/bloomgate/bloomgate/filter"
 )
 
 const progressEvery = 1 << 16
@@ -46,16 +48,24 @@ func (g *Gate) build(ctx context.Context, kind string) (err error) {
 	if err != nil {
 		return err
 	}
-	snapshotAt, recent, err := g.install(nf, kind)
+	// A Bloom filter is built with plain writes from this goroutine alone;
+	// adds made meanwhile are buffered and applied when it finishes.
+	add := nf.AddHash
+	bb := (*filter.BloomBuilder)(nil)
+	if b, ok := nf.(*filter.Bloom); ok {
+		bb = b.Builder()
+		add = func(h uint64) error { bb.AddHash(h); return nil }
+	}
+	snapshotAt, recent, err := g.install(nf, kind, bb != nil)
 	if err != nil {
 		return err
 	}
-	serr := replay(nf, recent)
+	serr := replay(add, recent)
 	var keys, skipped int64
 	if serr == nil {
-		keys, skipped, serr = g.scan(ctx, nf, est)
+		keys, skipped, serr = g.scan(ctx, add, est)
 	}
-	if err := g.finish(nf, kind, snapshotAt, serr); err != nil {
+	if err := g.finish(nf, bb, kind, snapshotAt, serr); err != nil {
 		return err
 	}
 	g.cfg.Logger.Info("bloomgate: filter built", "kind", kind, "keys", keys, "skipped_long_keys", skipped,
@@ -105,30 +115,36 @@ func (g *Gate) newFilter(capacity uint64) (Filter, error) {
 	return nf, nil
 }
 
-// install makes nf the filter every Add also reaches, and returns the time
-// it did and the recent adds to replay into it.
-func (g *Gate) install(nf Filter, kind string) (time.Time, []journalSegment, error) {
+// install makes nf the filter every Add also reaches (at once, or when the
+// build finishes if buffered), and returns the time it did and the recent
+// adds to replay into it.
+func (g *Gate) install(nf Filter, kind string, buffered bool) (time.Time, []journalSegment, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
 		return time.Time{}, nil, ErrClosed
 	}
-	if g.pending != nil {
+	if g.building {
 		return time.Time{}, nil, ErrBuilding
 	}
-	g.pending, g.pendingErr, g.pendingUnhonoured = nf, nil, 0
+	g.building, g.pendingErr, g.pendingUnhonoured = true, nil, 0
+	if buffered {
+		g.buffering, g.pendingBuf = true, nil
+	} else {
+		g.pending = nf
+	}
 	if v := g.view.Load(); v.state == StateReady {
 		g.setStateLocked(StateRebuilding, kind+" in progress")
 	}
 	return g.cfg.Now(), g.journal.recent(), nil
 }
 
-// replay adds the journal's recent hashes to nf. Adds made since install
-// reach nf directly.
-func replay(nf Filter, recent []journalSegment) error {
+// replay adds the journal's recent hashes to the new filter. Adds made since
+// install reach it directly, or from the buffer.
+func replay(add func(uint64) error, recent []journalSegment) error {
 	for _, seg := range recent {
 		for _, h := range seg.hashes {
-			if err := nf.AddHash(h); err != nil {
+			if err := add(h); err != nil {
 				return fmt.Errorf("filter refused a replayed add: %w", err)
 			}
 		}
@@ -138,7 +154,7 @@ func replay(nf Filter, recent []journalSegment) error {
 
 // scan adds every key of the source to nf, skipping those longer than
 // MaxKeyLen (always "maybe" at lookup time, so safe to leave out).
-func (g *Gate) scan(ctx context.Context, nf Filter, est int64) (keys, skipped int64, err error) {
+func (g *Gate) scan(ctx context.Context, add func(uint64) error, est int64) (keys, skipped int64, err error) {
 	report := func(done bool) {
 		if g.cfg.OnProgress != nil {
 			g.cfg.OnProgress(Progress{Keys: keys, Estimate: est, Done: done})
@@ -150,7 +166,7 @@ func (g *Gate) scan(ctx context.Context, nf Filter, est int64) (keys, skipped in
 			skipped++
 			return nil
 		}
-		if err := nf.AddHash(h); err != nil {
+		if err := add(h); err != nil {
 			return fmt.Errorf("filter refused key %d: %w", keys, err)
 		}
 		if keys++; keys%progressEvery == 0 {
@@ -166,14 +182,20 @@ func (g *Gate) scan(ctx context.Context, nf Filter, est int64) (keys, skipped in
 // finish ends a build: on success it publishes nf as the serving filter; on
 // failure the gate keeps serving what it had, or fails open if it had
 // nothing.
-func (g *Gate) finish(nf Filter, kind string, snapshotAt time.Time, serr error) error {
+func (g *Gate) finish(nf Filter, bb *filter.BloomBuilder, kind string, snapshotAt time.Time, serr error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if serr == nil && g.pendingErr != nil {
 		serr = fmt.Errorf("filter refused a concurrent add: %w", g.pendingErr)
 	}
+	if bb != nil {
+		for _, h := range g.pendingBuf {
+			bb.AddHash(h)
+		}
+		bb.Finish() // published below by the view's atomic store
+	}
 	unhonoured := g.pendingUnhonoured
-	g.pending, g.pendingErr, g.pendingUnhonoured = nil, nil, 0
+	g.endBuildLocked()
 	if serr == nil && g.closed {
 		serr = ErrClosed
 	}
@@ -195,6 +217,12 @@ func (g *Gate) finish(nf Filter, kind string, snapshotAt time.Time, serr error) 
 	g.unhonoured = unhonoured // removes made during the build never reached nf
 	g.m.builds.Add(1)
 	return nil
+}
+
+// endBuildLocked clears a build's state. g.mu is held.
+func (g *Gate) endBuildLocked() {
+	g.building, g.pending, g.pendingErr, g.pendingUnhonoured = false, nil, nil, 0
+	g.buffering, g.pendingBuf = false, nil
 }
 
 // Run warms the gate and keeps it fresh until ctx is done: it retries failed

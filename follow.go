@@ -241,7 +241,7 @@ func (fl *follower) load(ctx context.Context) bool {
 	defer g.buildMu.Unlock()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.pending != nil {
+	if g.building {
 		return false
 	}
 	g.seed = f.Seed()
@@ -525,7 +525,7 @@ func (fl *follower) startRebuildLocked(why string) {
 		g.cfg.Logger.Error("bloomgate: rebuild from the change feed", "err", err)
 		return
 	}
-	if _, _, err := g.install(nf, "rebuild"); err != nil {
+	if _, _, err := g.install(nf, "rebuild", false); err != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -563,7 +563,7 @@ func (fl *follower) startRebuildLocked(why string) {
 			return
 		}
 		g.mu.Lock()
-		g.pending, g.pendingErr, g.pendingUnhonoured = nil, nil, 0
+		g.endBuildLocked()
 		fl.publishLocked(nf)
 		g.m.builds.Add(1)
 		g.mu.Unlock()
@@ -582,7 +582,7 @@ func (g *Gate) abandonPending(nf Filter) {
 	if g.pending != nf {
 		return
 	}
-	g.pending, g.pendingErr, g.pendingUnhonoured = nil, nil, 0
+	g.endBuildLocked()
 	if v := g.view.Load(); v.state == StateRebuilding {
 		g.setStateLocked(StateReady, "")
 	}

@@ -232,8 +232,14 @@ type Gate struct {
 	buildMu sync.Mutex // one build at a time
 
 	mu         sync.Mutex // guards the fields below; readers never take it
-	pending    Filter     // the filter a build is filling, nil outside builds
+	building   bool       // a build is in progress (its filter is not serving yet)
+	pending    Filter     // the filter a build fills with concurrent adds, if any
 	pendingErr error      // the first add pending refused
+	// buffering: the build fills its filter from one goroutine with plain
+	// writes (filter.BloomBuilder), so concurrent adds wait in pendingBuf
+	// and reach the filter when the build finishes.
+	buffering  bool
+	pendingBuf []uint64
 	journal    journal
 	// seed is the hash seed of every filter the gate builds. It changes only
 	// when a snapshot with another seed is loaded, with buildMu held too.
@@ -358,8 +364,11 @@ func (g *Gate) Add(key []byte) error {
 	}
 	h := filter.Hash(nk, g.seed)
 	g.journal.add(now, h)
-	if g.pending != nil && g.pendingErr == nil {
+	switch {
+	case g.pending != nil && g.pendingErr == nil:
 		g.pendingErr = g.pending.AddHash(h)
+	case g.buffering:
+		g.pendingBuf = append(g.pendingBuf, h)
 	}
 	if v := g.view.Load(); v.f != nil {
 		if err := v.f.AddHash(h); err != nil {
@@ -407,7 +416,7 @@ func (g *Gate) Remove(key []byte) error {
 	}
 	h := filter.Hash(nk, g.seed)
 	g.m.removes.Add(1)
-	if g.pending != nil {
+	if g.building {
 		g.pendingUnhonoured++
 	}
 	v := g.view.Load()
