@@ -423,11 +423,16 @@ func (f *Feed) copySnapshot(ctx context.Context, snapshot string, fn func([]byte
 
 func (f *Feed) copyKeys(ctx context.Context, pc *pgconn.PgConn, fn func([]byte) error) error {
 	d := &copyDecoder{fn: fn}
-	if _, err := pc.CopyTo(ctx, d, f.copy); err != nil {
-		if d.err != nil {
-			return d.err
-		}
+	p := newPipeline(d)
+	_, err := pc.CopyTo(ctx, p, f.copy)
+	perr := p.close()
+	switch {
+	case d.err != nil:
+		return d.err
+	case err != nil:
 		return fmt.Errorf("postgres: copy keys: %w", err)
+	case perr != nil:
+		return perr
 	}
 	return d.finish()
 }

@@ -107,7 +107,9 @@ func splitQualified(name string) []string {
 
 // Scan streams the keys with COPY (query) TO STDOUT, which PostgreSQL serves
 // from one snapshot far faster than a cursor. Keys arrive in their text form;
-// NULL keys cannot be looked up, so they are skipped.
+// NULL keys cannot be looked up, so they are skipped. Decoding runs on a
+// goroutine of its own while the connection receives, so fn is called from
+// that goroutine (one call at a time), not from Scan's caller.
 func (s *Source) Scan(ctx context.Context, fn func(key []byte) error) error {
 	conn, err := s.cfg.Pool.Acquire(ctx)
 	if err != nil {
@@ -123,16 +125,18 @@ func (s *Source) Scan(ctx context.Context, fn func(key []byte) error) error {
 		return fmt.Errorf("%w (got %d)", ErrBadQuery, len(desc.Fields))
 	}
 	d := &copyDecoder{fn: fn}
-	if _, err := pc.CopyTo(ctx, d, "COPY ("+s.query+") TO STDOUT"); err != nil {
-		if d.err != nil {
-			return d.err
-		}
+	p := newPipeline(d)
+	_, err = pc.CopyTo(ctx, p, "COPY ("+s.query+") TO STDOUT")
+	perr := p.close()
+	switch {
+	case d.err != nil:
+		return d.err
+	case err != nil:
 		return fmt.Errorf("postgres: scan: %w", err)
+	case perr != nil:
+		return perr
 	}
-	if err := d.finish(); err != nil {
-		return err
-	}
-	return nil
+	return d.finish()
 }
 
 // Estimate returns the planner's row estimate (pg_class.reltuples) for Table,
