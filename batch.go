@@ -15,44 +15,34 @@ const lookupBatch = 64
 // least as long as keys. It never blocks and does not allocate (built-in
 // normalisers, keys ≤ 256 bytes).
 func (g *Gate) MayContainMany(keys [][]byte, out []bool) int {
-	out = out[:len(keys)]
-	n := 0
-	for start := 0; start < len(keys); start += lookupBatch {
-		end := min(start+lookupBatch, len(keys))
-		var hs [lookupBatch]uint64
-		var long [lookupBatch]bool
-		v := g.view.Load()
-		if !v.authoritative() {
-			n += g.failOpenBatch(v, out[start:end])
-			continue
-		}
-		for i, k := range keys[start:end] {
-			hs[i], long[i] = g.hashFor(v, k)
-		}
-		n += g.probeBatch(v, hs[:end-start], long[:end-start], out[start:end])
-	}
-	return n
+	return g.mayContainBatch(len(keys), func(i int) []byte { return keys[i] }, out)
 }
 
 // MayContainStrings is MayContainMany for string keys.
 func (g *Gate) MayContainStrings(keys []string, out []bool) int {
-	out = out[:len(keys)]
-	n := 0
-	for start := 0; start < len(keys); start += lookupBatch {
-		end := min(start+lookupBatch, len(keys))
-		var hs [lookupBatch]uint64
-		var long [lookupBatch]bool
+	return g.mayContainBatch(len(keys), func(i int) []byte { return stringBytes(keys[i]) }, out)
+}
+
+// mayContainBatch answers n keys, key(i) being the i-th, in chunks of
+// lookupBatch.
+func (g *Gate) mayContainBatch(n int, key func(i int) []byte, out []bool) int {
+	out = out[:n]
+	maybe := 0
+	for start := 0; start < n; start += lookupBatch {
+		end := min(start+lookupBatch, n)
 		v := g.view.Load()
 		if !v.authoritative() {
-			n += g.failOpenBatch(v, out[start:end])
+			maybe += g.failOpenBatch(v, out[start:end])
 			continue
 		}
-		for i, k := range keys[start:end] {
-			hs[i], long[i] = g.hashFor(v, stringBytes(k))
+		var hs [lookupBatch]uint64
+		var long [lookupBatch]bool
+		for i := start; i < end; i++ {
+			hs[i-start], long[i-start] = g.hashFor(v, key(i))
 		}
-		n += g.probeBatch(v, hs[:end-start], long[:end-start], out[start:end])
+		maybe += g.probeBatch(v, hs[:end-start], long[:end-start], out[start:end])
 	}
-	return n
+	return maybe
 }
 
 // hashFor normalises and hashes key for v's filter; long reports a key over
