@@ -422,19 +422,7 @@ func (f *Feed) copySnapshot(ctx context.Context, snapshot string, fn func([]byte
 }
 
 func (f *Feed) copyKeys(ctx context.Context, pc *pgconn.PgConn, fn func([]byte) error) error {
-	d := &copyDecoder{fn: fn}
-	p := newPipeline(d)
-	_, err := pc.CopyTo(ctx, p, f.copy)
-	perr := p.close()
-	switch {
-	case d.err != nil:
-		return d.err
-	case err != nil:
-		return fmt.Errorf("postgres: copy keys: %w", err)
-	case perr != nil:
-		return perr
-	}
-	return d.finish()
+	return copyKeys(ctx, pc, f.copy, fn)
 }
 
 // Rebuild reads a fresh copy of the keys for a new generation while Stream

@@ -47,6 +47,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bloomgate/bloomgate"
@@ -124,15 +125,22 @@ func (s *Source) Scan(ctx context.Context, fn func(key []byte) error) error {
 	if len(desc.Fields) != 1 {
 		return fmt.Errorf("%w (got %d)", ErrBadQuery, len(desc.Fields))
 	}
+	return copyKeys(ctx, pc, "COPY ("+s.query+") TO STDOUT", fn)
+}
+
+// copyKeys runs a COPY … TO STDOUT of one column and calls fn for every
+// non-NULL value, decoding on a goroutine of its own (see pipeline). fn's
+// error is returned as it is.
+func copyKeys(ctx context.Context, pc *pgconn.PgConn, sql string, fn func([]byte) error) error {
 	d := &copyDecoder{fn: fn}
 	p := newPipeline(d)
-	_, err = pc.CopyTo(ctx, p, "COPY ("+s.query+") TO STDOUT")
+	_, err := pc.CopyTo(ctx, p, sql)
 	perr := p.close()
 	switch {
 	case d.err != nil:
 		return d.err
 	case err != nil:
-		return fmt.Errorf("postgres: scan: %w", err)
+		return fmt.Errorf("postgres: copy: %w", err)
 	case perr != nil:
 		return perr
 	}
