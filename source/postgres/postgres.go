@@ -1,6 +1,44 @@
 // Package postgres streams a table's keys out of PostgreSQL for a bloomgate
-// Gate, with COPY (query) TO STDOUT through pgx. It is the only package that
-// imports pgx.
+// Gate, with COPY (query) TO STDOUT through pgx (Source), and follows the
+// table's changes through logical replication with pglogrepl (Feed). It is
+// the only package that imports pgx and pglogrepl.
+//
+// # Change feed
+//
+// A Feed needs wal_level = logical, a publication of the table without a
+// row filter, and a role with REPLICATION and SELECT: `bloomgate feed setup`
+// prints the SQL. What it guarantees, with the tests that pin it:
+//
+//   - Exact bootstrap: the keys Bootstrap delivers plus the transactions
+//     Stream delivers from its position equal the table, each key once
+//     (TestFeedBootstrapExact: writers before, during and after, one
+//     transaction open across slot creation).
+//   - Order: Stream delivers whole committed transactions (never rolled-back
+//     ones), in WAL order, with strictly increasing Txn.End; within one
+//     Stream, reconnections neither repeat nor skip one (TestFeedBootstrapExact
+//     kills the walsender mid-stream).
+//   - Exactly once per acknowledgment: after Confirm(p) has reached the
+//     server and a restart, Stream(p) delivers exactly the transactions after
+//     p; the ones a previous run delivered but never confirmed come again with
+//     the same End, Commit and Changes, so a consumer can recognise them
+//     (TestFeedResumeAfterKill).
+//   - No silent gap: Stream refuses a position older than the slot's
+//     confirmed_flush_lsn (ErrStalePosition) and a missing or invalidated
+//     slot (ErrSlotLost); both wrap ErrRebuild (TestFeedResumeAfterKill,
+//     TestFeedSlotLost, TestFeedSlotInvalidated).
+//   - Deletes and key updates: reported as Delete with the old key when the
+//     replica identity covers the key column (REPLICA IDENTITY USING INDEX on
+//     its unique index, which needs NOT NULL, or FULL); otherwise as
+//     UnknownDelete, never guessed (TestFeedReplicaIdentity, TestDecoder).
+//   - Rebuild while streaming: Rebuild's COPY holds exactly the transactions
+//     with Commit below its point (TestFeedRebuildWhileStreaming).
+//   - Malformed replication messages are errors (ErrProtocol), never panics
+//     (FuzzDecoder).
+//
+// A slot holds WAL until its position is confirmed: set
+// max_slot_wal_keep_size, export SlotStatus.RetainedBytes as a gauge, and
+// alert on WALStatus. Before PostgreSQL 17 a logical slot does not survive
+// failover to a physical standby; the feed then reports ErrSlotLost.
 package postgres
 
 import (

@@ -1,0 +1,254 @@
+package postgres
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// pgoutput protocol 1 messages, encoded as the server sends them
+// (https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html).
+
+type col struct {
+	kind byte // 'n', 'u', 't'
+	val  string
+}
+
+func tuple(cols ...col) []byte {
+	b := binary.BigEndian.AppendUint16(nil, uint16(len(cols)))
+	for _, c := range cols {
+		b = append(b, c.kind)
+		if c.kind == 't' || c.kind == 'b' {
+			b = binary.BigEndian.AppendUint32(b, uint32(len(c.val)))
+			b = append(b, c.val...)
+		}
+	}
+	return b
+}
+
+func msgBegin() []byte {
+	b := []byte{'B'}
+	b = binary.BigEndian.AppendUint64(b, 0x100)
+	b = binary.BigEndian.AppendUint64(b, 0)
+	return binary.BigEndian.AppendUint32(b, 42)
+}
+
+func msgCommit(commit, end uint64) []byte {
+	b := []byte{'C', 0}
+	b = binary.BigEndian.AppendUint64(b, commit)
+	b = binary.BigEndian.AppendUint64(b, end)
+	return binary.BigEndian.AppendUint64(b, 0)
+}
+
+// msgRelation describes relation id with columns id, email, note; identity
+// names the columns flagged as part of the replica identity.
+func msgRelation(id uint32, replident byte, identity ...string) []byte {
+	b := []byte{'R'}
+	b = binary.BigEndian.AppendUint32(b, id)
+	b = append(b, "public\x00users\x00"...)
+	b = append(b, replident)
+	names := []string{"id", "email", "note"}
+	b = binary.BigEndian.AppendUint16(b, uint16(len(names)))
+	for _, n := range names {
+		var flags byte
+		for _, i := range identity {
+			if i == n {
+				flags = 1
+			}
+		}
+		b = append(b, flags)
+		b = append(b, n...)
+		b = append(b, 0)
+		b = binary.BigEndian.AppendUint32(b, 25)
+		b = binary.BigEndian.AppendUint32(b, 0xffffffff)
+	}
+	return b
+}
+
+func msgInsert(rel uint32, t []byte) []byte {
+	b := binary.BigEndian.AppendUint32([]byte{'I'}, rel)
+	return append(append(b, 'N'), t...)
+}
+
+func msgUpdate(rel uint32, oldKind byte, old, new []byte) []byte {
+	b := binary.BigEndian.AppendUint32([]byte{'U'}, rel)
+	if oldKind != 0 {
+		b = append(append(b, oldKind), old...)
+	}
+	return append(append(b, 'N'), new...)
+}
+
+func msgDelete(rel uint32, oldKind byte, old []byte) []byte {
+	b := binary.BigEndian.AppendUint32([]byte{'D'}, rel)
+	return append(append(b, oldKind), old...)
+}
+
+func msgTruncate(rels ...uint32) []byte {
+	b := binary.BigEndian.AppendUint32([]byte{'T'}, uint32(len(rels)))
+	b = append(b, 0)
+	for _, r := range rels {
+		b = binary.BigEndian.AppendUint32(b, r)
+	}
+	return b
+}
+
+func row(email col) []byte { return tuple(col{'t', "7"}, email, col{'t', "note"}) }
+func keyOnly(id string) []byte {
+	return tuple(col{'t', id}, col{'n', ""}, col{'n', ""})
+}
+
+var (
+	tA   = col{'t', "a@x"}
+	tB   = col{'t', "b@x"}
+	null = col{'n', ""}
+	tst  = col{'u', ""}
+)
+
+const ours, other = 16384, 99
+
+func formatTxn(t *Txn) string {
+	var s []string
+	for _, c := range t.Changes {
+		if c.Key != nil {
+			s = append(s, c.Kind.String()+" "+string(c.Key))
+		} else {
+			s = append(s, c.Kind.String())
+		}
+	}
+	return fmt.Sprintf("%d-%d[%s]", t.Commit, t.End, strings.Join(s, ","))
+}
+
+// decodeAllMsgs runs msgs through a decoder and formats the transactions.
+func decodeAllMsgs(msgs [][]byte) (string, error) {
+	d := newDecoder(ours, "email")
+	var out []string
+	for _, m := range msgs {
+		t, err := d.message(m)
+		if err != nil {
+			return strings.Join(out, " "), err
+		}
+		if t != nil {
+			out = append(out, formatTxn(t))
+		}
+	}
+	return strings.Join(out, " "), nil
+}
+
+func txn(msgs ...[]byte) [][]byte {
+	return append(append([][]byte{msgBegin()}, msgs...), msgCommit(0x200, 0x230))
+}
+
+var (
+	relDefault = msgRelation(ours, 'd', "id")
+	relIndex   = msgRelation(ours, 'i', "email")
+	relFull    = msgRelation(ours, 'f', "id", "email", "note")
+)
+
+func TestDecoder(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		msgs [][]byte
+		want string
+		err  error
+	}{
+		{"insert", txn(relDefault, msgInsert(ours, row(tA))), "512-560[insert a@x]", nil},
+		{"insert null key", txn(relDefault, msgInsert(ours, row(null))), "512-560[]", nil},
+		{"other table ignored", txn(msgRelation(other, 'd', "id"), msgInsert(other, row(tA)), relDefault, msgInsert(ours, row(tB))), "512-560[insert b@x]", nil},
+		{"truncate", txn(relDefault, msgTruncate(other, ours)), "512-560[truncate]", nil},
+		{"truncate other", txn(relDefault, msgTruncate(other)), "512-560[]", nil},
+		{"two txns", append(txn(relDefault, msgInsert(ours, row(tA))), txn(msgInsert(ours, row(tB)))...), "512-560[insert a@x] 512-560[insert b@x]", nil},
+
+		{"default: update without old", txn(relDefault, msgUpdate(ours, 0, nil, row(tB))), "512-560[unknown-delete,insert b@x]", nil},
+		{"default: update of the id", txn(relDefault, msgUpdate(ours, 'K', keyOnly("6"), row(tB))), "512-560[unknown-delete,insert b@x]", nil},
+		{"default: delete", txn(relDefault, msgDelete(ours, 'K', keyOnly("7"))), "512-560[unknown-delete]", nil},
+		{"default: toast-unchanged key", txn(relDefault, msgUpdate(ours, 0, nil, row(tst))), "512-560[]", nil},
+
+		{"index: key changed", txn(relIndex, msgUpdate(ours, 'K', tuple(null, tA, null), row(tB))), "512-560[delete a@x,insert b@x]", nil},
+		{"index: key unchanged", txn(relIndex, msgUpdate(ours, 0, nil, row(tB))), "512-560[]", nil},
+		{"index: delete", txn(relIndex, msgDelete(ours, 'K', tuple(null, tA, null))), "512-560[delete a@x]", nil},
+
+		{"full: key changed", txn(relFull, msgUpdate(ours, 'O', row(tA), row(tB))), "512-560[delete a@x,insert b@x]", nil},
+		{"full: same key", txn(relFull, msgUpdate(ours, 'O', row(tA), row(tA))), "512-560[]", nil},
+		{"full: to null", txn(relFull, msgUpdate(ours, 'O', row(tA), row(null))), "512-560[delete a@x]", nil},
+		{"full: from null", txn(relFull, msgUpdate(ours, 'O', row(null), row(tA))), "512-560[insert a@x]", nil},
+		{"full: toast in old", txn(relFull, msgUpdate(ours, 'O', row(tst), row(tA))), "512-560[unknown-delete,insert a@x]", nil},
+		{"full: delete", txn(relFull, msgDelete(ours, 'O', row(tB))), "512-560[delete b@x]", nil},
+		{"full: delete null", txn(relFull, msgDelete(ours, 'O', row(null))), "512-560[]", nil},
+
+		{"empty message", [][]byte{{}}, "", ErrProtocol},
+		{"relation without key column", [][]byte{msgBegin(), append(binary.BigEndian.AppendUint32([]byte{'R'}, ours), "public\x00users\x00d\x00\x00"...)}, "", ErrKeyColumn},
+		{"change before relation", txn(msgInsert(ours, row(tA))), "", ErrProtocol},
+		{"change outside txn", [][]byte{relDefault, msgInsert(ours, row(tA))}, "", ErrProtocol},
+		{"commit outside txn", [][]byte{msgCommit(1, 2)}, "", ErrProtocol},
+		{"nested begin", [][]byte{msgBegin(), msgBegin()}, "", ErrProtocol},
+		{"end before commit", [][]byte{msgBegin(), msgCommit(5, 5)}, "", ErrProtocol},
+		{"short tuple", txn(relDefault, msgInsert(ours, tuple(tA))), "", ErrProtocol},
+		{"binary key", txn(relDefault, msgInsert(ours, row(col{'b', "x"}))), "", ErrProtocol},
+		{"truncated insert", txn(relDefault, msgInsert(ours, row(tA))[:12]), "", ErrProtocol},
+		{"stream start", [][]byte{{'S', 0, 0, 0, 1, 1}}, "", ErrProtocol},
+		{"unknown type", [][]byte{{'Z'}}, "", ErrProtocol},
+	} {
+		got, err := decodeAllMsgs(tc.msgs)
+		if !errors.Is(err, tc.err) || (tc.err == nil && got != tc.want) {
+			t.Errorf("%s: got %q, %v; want %q, %v", tc.name, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+// FuzzDecoder: any sequence of messages never panics, and whatever comes
+// out is well formed (End after Commit; keys exactly where kinds need them).
+// Input: messages, each prefixed with a one-byte length.
+func FuzzDecoder(f *testing.F) {
+	join := func(msgs [][]byte) []byte {
+		var b []byte
+		for _, m := range msgs {
+			if len(m) > 255 {
+				continue
+			}
+			b = append(append(b, byte(len(m))), m...)
+		}
+		return b
+	}
+	f.Add(join(txn(relDefault, msgInsert(ours, row(tA)), msgUpdate(ours, 0, nil, row(tB)), msgDelete(ours, 'K', keyOnly("7")))))
+	f.Add(join(txn(relIndex, msgUpdate(ours, 'K', tuple(null, tA, null), row(tB)), msgDelete(ours, 'K', tuple(null, tA, null)))))
+	f.Add(join(txn(relFull, msgUpdate(ours, 'O', row(tst), row(tA)), msgTruncate(ours))))
+	f.Add(join(txn(msgRelation(other, 'd', "id"), msgInsert(other, row(tA)))))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		d := newDecoder(ours, "email")
+		for len(in) > 0 {
+			n := int(in[0])
+			in = in[1:]
+			m := in[:min(n, len(in))]
+			in = in[len(m):]
+			tx, err := d.message(m)
+			if err != nil {
+				if !errors.Is(err, ErrProtocol) && !errors.Is(err, ErrKeyColumn) {
+					t.Fatalf("error outside the documented ones: %v", err)
+				}
+				return
+			}
+			if tx == nil {
+				continue
+			}
+			if tx.End <= tx.Commit {
+				t.Fatalf("txn ends at %s, before its commit %s", tx.End, tx.Commit)
+			}
+			for _, c := range tx.Changes {
+				switch c.Kind {
+				case Insert, Delete:
+					if c.Key == nil {
+						t.Fatalf("%v without a key", c.Kind)
+					}
+				case UnknownDelete, Truncate:
+					if c.Key != nil {
+						t.Fatalf("%v with a key", c.Kind)
+					}
+				default:
+					t.Fatalf("kind %v", c.Kind)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,868 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bloomgate/bloomgate/changefeed"
+)
+
+var (
+	// ErrRebuild is wrapped by every error that means the consumer's position
+	// can no longer be continued from: it must Bootstrap again (ErrSlotLost,
+	// ErrStalePosition).
+	// It is changefeed.ErrRebuild, so consumers need not import this package.
+	ErrRebuild = changefeed.ErrRebuild
+	// ErrSlotLost: the replication slot is missing or was invalidated
+	// (pg_replication_slots.wal_status = 'lost', e.g. past
+	// max_slot_wal_keep_size). The changes it held are gone.
+	ErrSlotLost = fmt.Errorf("%w: replication slot lost", ErrRebuild)
+	// ErrStalePosition: the slot has already confirmed a position beyond
+	// the one the consumer wants to resume from. PostgreSQL would silently
+	// skip the changes in between, so the consumer's state is unusable.
+	ErrStalePosition = fmt.Errorf("%w: position older than the slot's confirmed_flush_lsn", ErrRebuild)
+	// ErrNotDelivered: Confirm was given a position the running Stream has
+	// not delivered.
+	ErrNotDelivered = errors.New("postgres: position not delivered yet")
+	// ErrStreaming: Stream was called while another Stream of the same Feed
+	// runs.
+	ErrStreaming = errors.New("postgres: feed is already streaming")
+	// ErrNoPublication: the publication does not exist or does not include
+	// the table. `bloomgate feed setup` prints the SQL that creates it.
+	ErrNoPublication = errors.New("postgres: publication missing or not covering the table")
+	// ErrClosed: the Feed was closed.
+	ErrClosed = errors.New("postgres: feed closed")
+)
+
+// FeedConfig says which table's key column to follow, and through which
+// replication slot and publication.
+type FeedConfig struct {
+	// ConnString is a PostgreSQL connection string (URL or key=value).
+	// Required. The feed adds replication=database for its replication
+	// connections; the role needs the REPLICATION attribute and SELECT on
+	// Table.
+	ConnString string
+	// Table (optionally schema-qualified) and Column name the keys. Both
+	// required.
+	Table, Column string
+	// Slot is the name of the permanent logical replication slot (lower-case
+	// letters, digits, underscores, at most 63). Default: DefaultName(Table,
+	// Column).
+	Slot string
+	// Publication is the publication to read, created by a DBA (see Setup);
+	// same character rules as Slot. Default: the slot name.
+	Publication string
+	// StatusInterval is how often the feed sends a standby status update
+	// (asking the server for a reply, which refreshes Health().CaughtUp).
+	// Default 1s.
+	StatusInterval time.Duration
+	// MaxLag is the Lag beyond which Health reports Degraded, so the consumer
+	// fails open. Default 10s.
+	MaxLag time.Duration
+	// MaxBackoff caps the wait between reconnection attempts, which starts
+	// at 100 ms and doubles. Default 10s.
+	MaxBackoff time.Duration
+	// Logger receives reconnections and their reasons. Default: discard.
+	Logger *slog.Logger
+}
+
+func parseLSN(s string) (Position, error) {
+	p, err := changefeed.ParsePosition(s)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: %w", err)
+	}
+	return p, nil
+}
+
+// DefaultName is the default slot and publication name for a table and
+// column: "bloomgate_" followed by them, lower-cased, with every other
+// character an underscore, cut to 63 bytes.
+func DefaultName(table, column string) string {
+	var b strings.Builder
+	b.WriteString("bloomgate_")
+	for _, c := range strings.ToLower(table + "_" + column) {
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' {
+			b.WriteRune(c)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()[:min(b.Len(), 63)]
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// withDefaults fills the defaults and validates.
+func (c FeedConfig) withDefaults() (FeedConfig, error) {
+	if c.ConnString == "" || c.Table == "" || c.Column == "" {
+		return c, errors.New("postgres: FeedConfig needs ConnString, Table and Column")
+	}
+	if c.Slot == "" {
+		c.Slot = DefaultName(c.Table, c.Column)
+	}
+	if c.Publication == "" {
+		c.Publication = c.Slot
+	}
+	if !validName(c.Slot) || !validName(c.Publication) {
+		return c, fmt.Errorf("postgres: slot %q / publication %q: use 1-63 of a-z, 0-9, _", c.Slot, c.Publication)
+	}
+	if c.StatusInterval <= 0 {
+		c.StatusInterval = time.Second
+	}
+	if c.MaxLag <= 0 {
+		c.MaxLag = 10 * time.Second
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// Feed follows one table's key column through logical replication
+// (pgoutput, protocol 1, whole committed transactions only).
+//
+// The life of a consumer:
+//
+//  1. No usable state: p, err := Bootstrap(ctx, add) delivers every key
+//     committed before p, exactly once.
+//  2. Stream(ctx, p, apply) delivers, in WAL order, every transaction that
+//     changed the table and committed after p, each once per Stream. The
+//     consumer makes its state durable (with the Txn.End it reflects) and
+//     only then calls Confirm(End).
+//  3. After a restart, Stream(ctx, durablePosition, apply): transactions
+//     with End <= durablePosition are not delivered again; those after it
+//     are, including ones a previous run delivered but whose position was
+//     never made durable — they come back with the same End and Changes.
+//  4. Errors matching ErrRebuild mean: go back to 1.
+//
+// Rebuild is designed to run while Stream continues; Stream itself runs once
+// at a time per Feed (ErrStreaming), and a slot admits one reader across
+// processes. Confirm, Health, SlotStatus and RetainedWAL are safe for
+// concurrent use with everything.
+type Feed struct {
+	cfg   FeedConfig
+	table string // sanitized identifier
+	copy  string // COPY statement
+	pool  *pgxpool.Pool
+	repl  *pgconn.Config
+
+	streaming atomic.Bool
+	closed    atomic.Bool
+
+	mu         sync.Mutex // guards the fields below
+	delivered  Position   // End of the last Txn handed to apply
+	acked      Position   // highest position confirmed by the consumer
+	wake       context.CancelFunc
+	connected  bool
+	started    time.Time
+	target     Position  // the server's WAL end when this connection started
+	caughtUp   time.Time // per connection
+	lastCaught time.Time // per Stream, for Lag
+	lastErr    error
+	reconnect  int64
+}
+
+// NewFeed validates cfg and returns a Feed. It does no I/O.
+func NewFeed(cfg FeedConfig) (*Feed, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: feed: %w", err)
+	}
+	rcfg, err := pgconn.ParseConfig(cfg.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: feed: %w", err)
+	}
+	rcfg.RuntimeParams["replication"] = "database"
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: feed: %w", err)
+	}
+	table := pgx.Identifier(splitQualified(cfg.Table)).Sanitize()
+	return &Feed{
+		cfg:   cfg,
+		table: table,
+		copy:  "COPY (SELECT " + pgx.Identifier{cfg.Column}.Sanitize() + " FROM " + table + ") TO STDOUT",
+		pool:  pool,
+		repl:  rcfg,
+	}, nil
+}
+
+// Slot returns the slot name in use (after defaults).
+func (f *Feed) Slot() string { return f.cfg.Slot }
+
+// Publication returns the publication name in use (after defaults).
+func (f *Feed) Publication() string { return f.cfg.Publication }
+
+// Close releases the feed's connections. It does not drop the slot (see
+// DropSlot). Close is idempotent; a running Stream should be cancelled first.
+func (f *Feed) Close() error {
+	if f.closed.CompareAndSwap(false, true) {
+		f.pool.Close()
+	}
+	return nil
+}
+
+func (f *Feed) connectRepl(ctx context.Context) (*pgconn.PgConn, error) {
+	if f.closed.Load() {
+		return nil, ErrClosed
+	}
+	conn, err := pgconn.ConnectConfig(ctx, f.repl)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: replication connection: %w", err)
+	}
+	return conn, nil
+}
+
+func closeConn(conn *pgconn.PgConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn.Close(ctx)
+}
+
+// SlotStatus is the slot's row in pg_replication_slots.
+type SlotStatus struct {
+	Exists bool
+	Active bool // a walsender is streaming from it
+	// WALStatus: reserved, extended, unreserved or lost.
+	WALStatus      string
+	ConfirmedFlush Position // confirmed_flush_lsn
+	RestartLSN     Position // 0 once the slot is lost
+	// RetainedBytes is the WAL the slot holds back: pg_current_wal_lsn()
+	// minus restart_lsn (0 when lost). Export it as a gauge; a slot nobody
+	// reads grows it without bound unless max_slot_wal_keep_size is set.
+	RetainedBytes int64
+	// SafeWALSize is how many more bytes can be written before the slot is
+	// in danger of being lost (-1 when max_slot_wal_keep_size is unlimited).
+	SafeWALSize int64
+}
+
+// SlotStatus reads the slot's row in pg_replication_slots. Exists is false
+// (and the error nil) when there is no such slot.
+func (f *Feed) SlotStatus(ctx context.Context) (SlotStatus, error) {
+	if f.closed.Load() {
+		return SlotStatus{}, ErrClosed
+	}
+	var (
+		s                SlotStatus
+		walStatus        *string
+		confirmed, rlsn  *string
+		retained, safeSz *int64
+	)
+	err := f.pool.QueryRow(ctx, `SELECT active, wal_status, confirmed_flush_lsn::text, restart_lsn::text,
+		pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, safe_wal_size
+		FROM pg_replication_slots WHERE slot_name = $1`, f.cfg.Slot).
+		Scan(&s.Active, &walStatus, &confirmed, &rlsn, &retained, &safeSz)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return SlotStatus{}, nil
+	}
+	if err != nil {
+		return SlotStatus{}, fmt.Errorf("postgres: slot status: %w", err)
+	}
+	s.Exists = true
+	if walStatus != nil {
+		s.WALStatus = *walStatus
+	}
+	for _, p := range []struct {
+		s   *string
+		dst *Position
+	}{{confirmed, &s.ConfirmedFlush}, {rlsn, &s.RestartLSN}} {
+		if p.s != nil {
+			if *p.dst, err = parseLSN(*p.s); err != nil {
+				return SlotStatus{}, err
+			}
+		}
+	}
+	if retained != nil {
+		s.RetainedBytes = *retained
+	}
+	s.SafeWALSize = -1
+	if safeSz != nil {
+		s.SafeWALSize = *safeSz
+	}
+	return s, nil
+}
+
+// RetainedWAL returns the bytes of WAL the slot holds back
+// (SlotStatus.RetainedBytes), 0 when there is no slot.
+func (f *Feed) RetainedWAL(ctx context.Context) (int64, error) {
+	s, err := f.SlotStatus(ctx)
+	return s.RetainedBytes, err
+}
+
+// DropSlot drops the permanent slot if it exists, releasing the WAL it
+// holds. It fails while a Stream (of any process) is reading the slot.
+func (f *Feed) DropSlot(ctx context.Context) error {
+	if f.closed.Load() {
+		return ErrClosed
+	}
+	_, err := f.pool.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", f.cfg.Slot)
+	if err != nil {
+		return fmt.Errorf("postgres: drop slot %s: %w", f.cfg.Slot, err)
+	}
+	return nil
+}
+
+// checkPublication verifies the publication exists and covers the table.
+func (f *Feed) checkPublication(ctx context.Context) error {
+	var n int
+	err := f.pool.QueryRow(ctx, `SELECT count(*) FROM pg_publication_tables
+		WHERE pubname = $1 AND format('%I.%I', schemaname, tablename)::regclass = to_regclass($2)`,
+		f.cfg.Publication, f.table).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("postgres: check publication: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %s for %s", ErrNoPublication, f.cfg.Publication, f.cfg.Table)
+	}
+	return nil
+}
+
+// Bootstrap (re)creates the permanent slot and delivers, through fn, every
+// non-NULL key committed before the slot's consistent point, exactly once,
+// in no particular order (the key slice is valid only during the call). It
+// returns that point: Stream from it delivers exactly the transactions
+// committed after the COPY's snapshot, so together they miss nothing and
+// repeat nothing.
+//
+// An existing slot of the same name is dropped first (its position is of
+// no use to a consumer that bootstraps); Bootstrap fails if a walsender is
+// using it. Slot creation waits for transactions already running on the
+// server to finish. It returns ErrNoPublication when the publication is
+// missing or does not cover the table. On error the new slot is dropped
+// again. Bootstrap resets the positions Confirm has recorded.
+func (f *Feed) Bootstrap(ctx context.Context, fn func(key []byte) error) (Position, error) {
+	if err := f.checkPublication(ctx); err != nil {
+		return 0, err
+	}
+	if err := f.DropSlot(ctx); err != nil {
+		return 0, err
+	}
+	conn, err := f.connectRepl(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer closeConn(conn)
+	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, f.cfg.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: create slot %s: %w", f.cfg.Slot, err)
+	}
+	point, err := parseLSN(res.ConsistentPoint)
+	if err == nil {
+		// The exporting connection stays idle until the COPY is done: any
+		// command on it would end the exported snapshot.
+		err = f.copySnapshot(ctx, res.SnapshotName, fn)
+	}
+	if err != nil {
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if derr := pglogrepl.DropReplicationSlot(dctx, conn, f.cfg.Slot, pglogrepl.DropReplicationSlotOptions{}); derr != nil {
+			f.cfg.Logger.Warn("bloomgate: could not drop the slot after a failed bootstrap", "slot", f.cfg.Slot, "err", derr)
+		}
+		return 0, err
+	}
+	f.mu.Lock()
+	f.acked, f.delivered = 0, point
+	f.mu.Unlock()
+	return point, nil
+}
+
+// copySnapshot runs the key COPY on an ordinary connection that imports the
+// exported snapshot.
+func (f *Feed) copySnapshot(ctx context.Context, snapshot string, fn func([]byte) error) error {
+	conn, err := f.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: bootstrap: %w", err)
+	}
+	defer conn.Release()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("postgres: bootstrap: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(snapshot, "'", "''")+"'"); err != nil {
+		return fmt.Errorf("postgres: bootstrap: import snapshot: %w", err)
+	}
+	if err := f.copyKeys(ctx, tx.Conn().PgConn(), fn); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func (f *Feed) copyKeys(ctx context.Context, pc *pgconn.PgConn, fn func([]byte) error) error {
+	d := &copyDecoder{fn: fn}
+	if _, err := pc.CopyTo(ctx, d, f.copy); err != nil {
+		if d.err != nil {
+			return d.err
+		}
+		return fmt.Errorf("postgres: copy keys: %w", err)
+	}
+	return d.finish()
+}
+
+// Rebuild reads a fresh copy of the keys for a new generation while Stream
+// keeps running on the permanent slot. It creates a temporary slot, COPYs
+// the keys through fn under the slot's own snapshot, and drops the slot
+// again by closing its connection. It returns the slot's consistent point
+// P: the COPY holds exactly the transactions with Txn.Commit < P, so the
+// consumer applies to the new generation every Txn with Commit >= P.
+// Transactions Stream delivered before Rebuild was called all have
+// Commit < P, so buffering those delivered from the call on is enough.
+func (f *Feed) Rebuild(ctx context.Context, fn func(key []byte) error) (Position, error) {
+	conn, err := f.connectRepl(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer closeConn(conn)
+	var b [4]byte
+	rand.Read(b[:])
+	tmp := f.cfg.Slot[:min(len(f.cfg.Slot), 50)] + "_rb" + hex.EncodeToString(b[:])
+	if _, err := conn.Exec(ctx, "BEGIN READ ONLY ISOLATION LEVEL REPEATABLE READ").ReadAll(); err != nil {
+		return 0, fmt.Errorf("postgres: rebuild: %w", err)
+	}
+	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, tmp, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Temporary: true, Mode: pglogrepl.LogicalReplication, SnapshotAction: "USE_SNAPSHOT"})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: rebuild: create temporary slot: %w", err)
+	}
+	point, err := parseLSN(res.ConsistentPoint)
+	if err != nil {
+		return 0, err
+	}
+	if err := f.copyKeys(ctx, conn, fn); err != nil {
+		return 0, err
+	}
+	if _, err := conn.Exec(ctx, "COMMIT").ReadAll(); err != nil {
+		return 0, fmt.Errorf("postgres: rebuild: %w", err)
+	}
+	return point, nil
+}
+
+// Confirm records that the consumer's state up to and including p is
+// durable; it may be called from inside apply, for the Txn being applied.
+// The feed then reports p to the server as its flush and apply position
+// (write: the last delivered one), and the server may recycle the WAL
+// before it. p must not be beyond the last delivered position
+// (Health().Delivered: the latest Txn.End handed to apply, else the position
+// Stream started from or Bootstrap returned); otherwise ErrNotDelivered.
+// Confirming a position at or below an earlier one is a no-op. Confirm does
+// not wait for the server: it wakes the running Stream, which sends the
+// update; without a running Stream the next Stream sends it when it starts.
+//
+// Never confirm a position whose state a restarting consumer could not
+// restore: the server never goes back, so the changes in between would be
+// lost (the next Stream reports ErrStalePosition rather than skip them).
+func (f *Feed) Confirm(ctx context.Context, p Position) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p > f.delivered {
+		return fmt.Errorf("%w: %s > %s", ErrNotDelivered, p, f.delivered)
+	}
+	if p > f.acked {
+		f.acked = p
+		if f.wake != nil {
+			f.wake()
+		}
+	}
+	return nil
+}
+
+// Health is the feed's state, for the consumer's fail-open decision.
+type Health struct {
+	Streaming bool     // Stream is running
+	Connected bool     // and holds an accepted replication connection
+	Delivered Position // End of the last Txn handed to apply, else the start position
+	Confirmed Position // highest Confirm
+	// CaughtUp is the local time at which a server keepalive last arrived
+	// between transactions, reporting a position at or beyond the end of
+	// WAL when the current replication connection started: everything
+	// committed before that connection had been delivered, and everything
+	// the server had decoded since. Zero until then, after each reconnection
+	// too. (Under heavy write load the server decodes behind the end of WAL,
+	// so it may overstate freshness by that delay.)
+	CaughtUp time.Time
+	// Lag is the time since the feed was last caught up in this Stream
+	// (across reconnections), or since Stream started when it never was (0
+	// when not streaming).
+	Lag time.Duration
+	// Degraded is true when not streaming, before the first catch-up, or
+	// when Lag exceeds FeedConfig.MaxLag: answers built from this feed may
+	// miss recent keys, so fail open.
+	Degraded bool
+	// Reconnects counts the replication connections this Stream lost and
+	// replaced.
+	Reconnects int64
+	// Err is the error of the last failed connection attempt or stream,
+	// nil once connected again.
+	Err error
+}
+
+// Fresh reports whether the feed is streaming and caught up within MaxLag:
+// !Health().Degraded. It is the root package's optional Freshness
+// capability.
+func (f *Feed) Fresh() bool { return !f.Health().Degraded }
+
+// Health reports the feed's state.
+func (f *Feed) Health() Health {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := Health{
+		Streaming:  f.streaming.Load(),
+		Connected:  f.connected,
+		Delivered:  f.delivered,
+		Confirmed:  f.acked,
+		CaughtUp:   f.caughtUp,
+		Err:        f.lastErr,
+		Reconnects: f.reconnect,
+	}
+	if h.Streaming {
+		since := f.lastCaught
+		if since.IsZero() {
+			since = f.started
+		}
+		h.Lag = time.Since(since)
+	}
+	h.Degraded = !h.Streaming || h.CaughtUp.IsZero() || h.Lag > f.cfg.MaxLag
+	return h
+}
+
+// Stream delivers the table's committed transactions after position from
+// (the Bootstrap point, or a Txn.End the consumer made durable) to apply, one at a time, in WAL order, with strictly increasing End. It
+// first checks the slot: missing or lost gives ErrSlotLost, a
+// confirmed_flush_lsn beyond from gives ErrStalePosition.
+//
+// On a lost connection or a server error Stream reconnects with backoff
+// and resumes after the last delivered transaction, so within one Stream no
+// transaction is delivered twice or skipped; Health reports the outage.
+// Stream returns when ctx is done (ctx's error), when apply fails (its
+// error, wrapped), on an ErrRebuild condition, on ErrProtocol or
+// ErrKeyColumn, or when the server refuses the role, publication or table.
+//
+// Alongside transactions Stream delivers progress markers (Txns without
+// Changes, see Txn) so that a consumer of a quiet table can confirm a
+// position and let the server recycle WAL.
+func (f *Feed) Stream(ctx context.Context, from Position, apply func(Txn) error) error {
+	if from == 0 {
+		return errors.New("postgres: Stream needs a position (from Bootstrap, Rebuild or a delivered Txn)")
+	}
+	if !f.streaming.CompareAndSwap(false, true) {
+		return ErrStreaming
+	}
+	f.mu.Lock()
+	if f.acked > from {
+		f.acked = 0
+	}
+	f.delivered, f.started, f.caughtUp, f.lastCaught, f.lastErr, f.reconnect = from, time.Now(), time.Time{}, time.Time{}, nil, 0
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.connected = false
+		f.mu.Unlock()
+		f.streaming.Store(false)
+	}()
+	backoff := 100 * time.Millisecond
+	for {
+		connected, err := f.streamOnce(ctx, apply)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if fatal(err) {
+			return err
+		}
+		f.mu.Lock()
+		f.connected, f.lastErr = false, err
+		f.reconnect++
+		f.mu.Unlock()
+		if connected {
+			backoff = 100 * time.Millisecond
+		}
+		f.cfg.Logger.Warn("bloomgate: change feed interrupted, reconnecting", "slot", f.cfg.Slot, "in", backoff, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, f.cfg.MaxBackoff)
+	}
+}
+
+// errApply wraps apply's error so that fatal recognises it.
+type errApply struct{ err error }
+
+func (e errApply) Error() string { return "postgres: apply: " + e.err.Error() }
+func (e errApply) Unwrap() error { return e.err }
+
+// fatal says whether Stream must give up rather than reconnect.
+func fatal(err error) bool {
+	var ea errApply
+	if errors.As(err, &ea) || errors.Is(err, ErrRebuild) || errors.Is(err, ErrProtocol) ||
+		errors.Is(err, ErrKeyColumn) || errors.Is(err, ErrClosed) || errors.Is(err, ErrNoPublication) {
+		return true
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && len(pg.Code) == 5 {
+		switch pg.Code[:2] {
+		case "28", "42", "3D": // authorization, missing object or privilege, no such database
+			return true
+		}
+	}
+	return false
+}
+
+// streamOnce runs one replication connection. connected reports whether
+// START_REPLICATION was accepted.
+func (f *Feed) streamOnce(ctx context.Context, apply func(Txn) error) (connected bool, err error) {
+	st, err := f.SlotStatus(ctx)
+	if err != nil {
+		return false, err
+	}
+	if !st.Exists {
+		return false, fmt.Errorf("%w: %s does not exist", ErrSlotLost, f.cfg.Slot)
+	}
+	if st.WALStatus == "lost" {
+		return false, fmt.Errorf("%w: %s has wal_status lost", ErrSlotLost, f.cfg.Slot)
+	}
+	f.mu.Lock()
+	from := f.delivered
+	if from < st.ConfirmedFlush {
+		f.mu.Unlock()
+		return false, fmt.Errorf("%w: %s < %s", ErrStalePosition, from, st.ConfirmedFlush)
+	}
+	f.acked = max(f.acked, st.ConfirmedFlush)
+	f.mu.Unlock()
+	var relID uint32
+	if err := f.pool.QueryRow(ctx, "SELECT coalesce(to_regclass($1)::oid, 0)", f.table).Scan(&relID); err != nil {
+		return false, fmt.Errorf("postgres: resolve %s: %w", f.cfg.Table, err)
+	}
+	if relID == 0 {
+		return false, fmt.Errorf("%w: table %s does not exist", ErrKeyColumn, f.cfg.Table)
+	}
+	if err := f.checkPublication(ctx); err != nil {
+		return false, err
+	}
+	var walEnd string
+	if err := f.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&walEnd); err != nil {
+		return false, fmt.Errorf("postgres: read WAL end: %w", err)
+	}
+	target, err := parseLSN(walEnd)
+	if err != nil {
+		return false, err
+	}
+	f.mu.Lock()
+	f.target, f.caughtUp = target, time.Time{}
+	f.mu.Unlock()
+	conn, err := f.connectRepl(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer closeConn(conn)
+	err = pglogrepl.StartReplication(ctx, conn, f.cfg.Slot, pglogrepl.LSN(from), pglogrepl.StartReplicationOptions{
+		Mode:       pglogrepl.LogicalReplication,
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + f.cfg.Publication + "'"},
+	})
+	if err != nil {
+		return false, fmt.Errorf("postgres: start replication at %s: %w", from, err)
+	}
+	f.mu.Lock()
+	f.connected, f.lastErr = true, nil
+	f.mu.Unlock()
+	s := &session{f: f, conn: conn, dec: newDecoder(relID, f.cfg.Column), apply: apply}
+	return true, s.run(ctx)
+}
+
+// session is one replication connection's receive loop.
+type session struct {
+	f       *Feed
+	conn    *pgconn.PgConn
+	dec     *decoder
+	apply   func(Txn) error
+	sentAck Position
+}
+
+func (s *session) run(ctx context.Context) error {
+	f := s.f
+	defer func() {
+		// Best effort: report a confirmation that arrived at the end.
+		f.mu.Lock()
+		pending := f.acked != s.sentAck
+		f.mu.Unlock()
+		if pending {
+			s.status(false)
+		}
+	}()
+	nextStatus := time.Now()
+	for {
+		if !time.Now().Before(nextStatus) {
+			if err := s.status(true); err != nil {
+				return err
+			}
+			nextStatus = time.Now().Add(f.cfg.StatusInterval)
+		}
+		rctx, cancel := context.WithDeadline(ctx, nextStatus)
+		f.mu.Lock()
+		f.wake = cancel
+		pending := f.acked != s.sentAck
+		f.mu.Unlock()
+		if pending {
+			cancel()
+			if err := s.status(false); err != nil {
+				return err
+			}
+		}
+		msg, err := s.conn.ReceiveMessage(rctx)
+		f.mu.Lock()
+		f.wake = nil
+		f.mu.Unlock()
+		woken := rctx.Err() != nil
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if woken && !s.conn.IsClosed() {
+				continue // status deadline or Confirm: the connection is intact
+			}
+			return fmt.Errorf("postgres: replication receive: %w", err)
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := s.copyData(msg.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return pgconn.ErrorResponseToPgError(msg)
+		case *pgproto3.CopyDone:
+			return errors.New("postgres: server ended the replication stream")
+		}
+	}
+}
+
+func (s *session) copyData(data []byte) error {
+	if len(data) == 0 {
+		return fmt.Errorf("%w: empty CopyData", ErrProtocol)
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("%w: keepalive: %v", ErrProtocol, err)
+		}
+		return s.keepalive(k)
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("%w: XLogData: %v", ErrProtocol, err)
+		}
+		t, err := s.dec.message(x.WALData)
+		if err != nil || t == nil {
+			return err
+		}
+		return s.deliver(*t)
+	}
+	return nil
+}
+
+func (s *session) keepalive(k pglogrepl.PrimaryKeepaliveMessage) error {
+	f := s.f
+	if !s.dec.inTxn {
+		// Between transactions: everything the server decoded before
+		// ServerWALEnd has been delivered.
+		f.mu.Lock()
+		if Position(k.ServerWALEnd) >= f.target {
+			f.caughtUp = time.Now()
+			f.lastCaught = f.caughtUp
+		}
+		delivered := f.delivered
+		f.mu.Unlock()
+		if p := Position(k.ServerWALEnd); p > delivered {
+			if err := s.deliver(Txn{Commit: p, End: p}); err != nil {
+				return err
+			}
+		}
+	}
+	if k.ReplyRequested {
+		return s.status(false)
+	}
+	return nil
+}
+
+// deliver hands t to apply unless its position was already delivered.
+func (s *session) deliver(t Txn) error {
+	f := s.f
+	f.mu.Lock()
+	dup := t.End <= f.delivered
+	if !dup {
+		// Delivered as soon as it is handed over, so that apply itself (or
+		// another goroutine it signals) may Confirm t.End.
+		f.delivered = t.End
+	}
+	f.mu.Unlock()
+	if dup {
+		return nil
+	}
+	if err := s.apply(t); err != nil {
+		return errApply{err}
+	}
+	return nil
+}
+
+// status sends a standby status update: write = the last delivered
+// position, flush = apply = the last confirmed one, all three set
+// explicitly (pglogrepl would copy write into a zero flush).
+func (s *session) status(replyRequested bool) error {
+	f := s.f
+	f.mu.Lock()
+	ack, deliv := f.acked, f.delivered
+	f.mu.Unlock()
+	if ack == 0 {
+		return nil // nothing confirmed: never let 0 become "write"
+	}
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pglogrepl.LSN(deliv),
+		WALFlushPosition: pglogrepl.LSN(ack),
+		WALApplyPosition: pglogrepl.LSN(ack),
+		ClientTime:       time.Now(),
+		ReplyRequested:   replyRequested,
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: standby status: %w", err)
+	}
+	s.sentAck = ack
+	return nil
+}
