@@ -866,3 +866,14 @@ func (s *session) status(replyRequested bool) error {
 	s.sentAck = ack
 	return nil
 }
+
+// Head returns the server's current WAL insert position
+// (pg_current_wal_lsn()): every transaction committed before the call ends
+// at or before it.
+func (f *Feed) Head(ctx context.Context) (changefeed.Position, error) {
+	var s string
+	if err := f.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+		return 0, fmt.Errorf("postgres: head: %w", err)
+	}
+	return parseLSN(s)
+}
