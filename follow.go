@@ -378,6 +378,7 @@ func (fl *follower) updateLocked(now time.Time) {
 	g.m.feedPosition.Store(uint64(fl.pos))
 	if fresh {
 		fl.caughtUp = true
+		g.freshUntil.Store(monoNow() + int64(fl.cfg.MaxLag-lag))
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
