@@ -131,4 +131,3 @@ func (in *Instance) Head(ctx context.Context) (changefeed.Position, error) {
 
 // Confirm does nothing: the stream keeps messages for Config.MaxAge.
 func (in *Instance) Confirm(ctx context.Context, pos changefeed.Position) error { return nil }
-

@@ -3,9 +3,9 @@ package jetstream_test
 import (
 	"bufio"
 	"bytes"
-	"io"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -104,7 +104,7 @@ func runRole(role string) error {
 		}
 		defer feed.Close()
 		f, err := set.NewFeeder(jetstream.FeederConfig{Source: feed, Gate: g, HeartbeatInterval: testHeartbeat,
-			ID: fmt.Sprint("feeder-", os.Getpid()),
+			ID:     fmt.Sprint("feeder-", os.Getpid()),
 			Follow: bloomgate.FollowConfig{Identity: c.identity, SnapshotInterval: 3 * time.Second, MaxLag: testMaxLag}})
 		if err != nil {
 			return err

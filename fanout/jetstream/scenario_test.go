@@ -461,4 +461,3 @@ func pgURL() string {
 	}
 	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 }
-
