@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"strconv"
@@ -376,6 +377,10 @@ func (pf *publishingFeed) publishLoop(ctx context.Context, q <-chan changefeed.T
 			return err
 		}
 		seq, prev = nseq, end
+		if log := pf.f.s.cfg.Logger; log.Enabled(ctx, slog.LevelDebug) {
+			log.Debug("bloomgate: feeder published", "seq", seq, "txns", len(batch), "bytes", len(buf),
+				"since_commit", time.Since(batch[len(batch)-1].Time), "queued", len(q))
+		}
 		for i, t := range batch {
 			next := seq
 			if i == len(batch)-1 {

@@ -22,7 +22,6 @@ import (
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bloomgate/bloomgate/changefeed"
-	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
 // proc is a child process: a feeder or an instance.
@@ -169,56 +168,10 @@ func TestScenario(t *testing.T) {
 	}
 	cl := startCluster(t)
 	ctx := context.Background()
-	pool, err := postgres.Connect(ctx, pgURL())
-	if err != nil {
-		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") != "" {
-			t.Fatalf("PostgreSQL unreachable and BLOOMGATE_REQUIRE_SERVICES is set: %v", err)
-		}
-		t.Skipf("PostgreSQL unreachable, skipping: %v", err)
-	}
-	var sb [6]byte
-	crand.Read(sb[:])
-	schema := "bg_fanout_" + hex.EncodeToString(sb[:])
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		pool.Close()
-		t.Fatal(err)
-	}
-	dropAll := func() {
-		ctx := context.Background()
-		for range 100 {
-			var left int
-			pool.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name LIKE $1 || '%' AND active_pid IS NOT NULL", schema)
-			pool.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE $1 || '%' AND NOT active", schema)
-			if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1 || '%'", schema).Scan(&left); err == nil && left == 0 {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+schema)
-		pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
-		pool.Close()
-	}
-	var level string
-	if err := pool.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
-		t.Fatal(err)
-	}
-	if level != "logical" {
-		t.Fatalf("wal_level is %q; the change feed needs logical (.ci/run sets it)", level)
-	}
-	t.Cleanup(dropAll)
-	table := schema + ".users"
-	for _, q := range []string{
-		"CREATE TABLE " + table + " (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text UNIQUE)",
-		"CREATE PUBLICATION " + schema + " FOR TABLE " + table,
-		"INSERT INTO " + table + " (email) SELECT 'pre' || g || '@x' FROM generate_series(1, 50000) g",
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pg := newPG(t, 50000)
 	var b [4]byte
 	crand.Read(b[:])
-	rc := roleConfig{urls: cl.URLs(), set: "t" + hex.EncodeToString(b[:]), pgURL: pgURL(), table: table, slot: schema, identity: "users.email"}
+	rc := roleConfig{urls: cl.URLs(), set: "t" + hex.EncodeToString(b[:]), pgURL: pgURL(), table: pg.table, slot: pg.schema, identity: "users.email"}
 
 	nc, err := connect(ctx, rc.urls)
 	if err != nil {
@@ -256,14 +209,10 @@ func TestScenario(t *testing.T) {
 			for n := 0; wctx.Err() == nil; n++ {
 				<-tick.C
 				key := fmt.Sprintf("w%d-%d@x", w, n)
-				if _, err := pool.Exec(wctx, "INSERT INTO "+table+" (email) VALUES ($1)", key); err != nil {
+				tok, err := pg.insert(wctx, key)
+				if err != nil {
 					continue
 				}
-				var lsn string
-				if err := pool.QueryRow(wctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
-					continue
-				}
-				tok, _ := changefeed.ParsePosition(lsn)
 				mu.Lock()
 				rows = append(rows, row{key, tok, time.Now()})
 				mu.Unlock()
@@ -453,11 +402,4 @@ func TestScenario(t *testing.T) {
 	for _, p := range append(feeders, inst...) {
 		p.stop()
 	}
-}
-
-func pgURL() string {
-	if u := os.Getenv("BLOOMGATE_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 }

@@ -354,7 +354,7 @@ func (s *Set) readFrom(ctx context.Context, next *uint64, pos changefeed.Positio
 			continue // redelivered after a consumer reset
 		}
 		if seq > *next {
-			return pos, fmt.Errorf("%w: expected stream sequence %d, got %d (trimmed or lost)", fanout.ErrGap, *next, seq)
+			return pos, s.skipped(ctx, *next, seq)
 		}
 		b, err := fanout.DecodeBatch(m.Data())
 		if err != nil {
@@ -380,6 +380,22 @@ func (s *Set) readFrom(ctx context.Context, next *uint64, pos changefeed.Positio
 			return pos, nil
 		}
 	}
+}
+
+// skipped explains a consumer that delivered got where want was due: an
+// error wrapping fanout.ErrGap when the stream no longer holds want
+// (trimmed), else a transient error (the consumer lost messages in flight,
+// as an unacknowledged consumer may across a reconnection), after which
+// read creates a new consumer from want.
+func (s *Set) skipped(ctx context.Context, want, got uint64) error {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("jetstream: expected stream sequence %d, got %d; stream info: %w", want, got, err)
+	}
+	if info.State.FirstSeq > want {
+		return fmt.Errorf("%w: expected stream sequence %d, the stream starts at %d (trimmed)", fanout.ErrGap, want, info.State.FirstSeq)
+	}
+	return fmt.Errorf("jetstream: consumer skipped from sequence %d to %d", want, got)
 }
 
 // head reads the feeder's heartbeat: the database's newest position and the
