@@ -37,8 +37,11 @@ func testLogger() *slog.Logger {
 // inProcess is a set on a fresh 3-node cluster with a feeder running in
 // the test process.
 type inProcess struct {
-	set *jetstream.Set
-	pg  *pgFixture
+	set        *jetstream.Set
+	pg         *pgFixture
+	js         js.JetStream
+	name       string // the set's name
+	stopFeeder func()
 }
 
 func startInProcess(t *testing.T, preRows int, capacity uint64) *inProcess {
@@ -75,15 +78,16 @@ func startInProcess(t *testing.T, preRows int, capacity uint64) *inProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fctx, fcancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { f.Run(ctx); close(done) }()
+	go func() { f.Run(fctx); close(done) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done
 		g.Close()
 		set.Delete(context.Background())
 	})
-	return &inProcess{set: set, pg: pg}
+	return &inProcess{set: set, pg: pg, js: j, name: "t" + hex.EncodeToString(b[:]), stopFeeder: func() { fcancel(); <-done }}
 }
 
 // instance starts a gate following the set and returns it with the time
