@@ -118,7 +118,7 @@ func (ip *inProcess) instance(t *testing.T, capacity uint64) (*bloomgate.Gate, t
 
 // TestLag measures commit-to-visible lag on an instance at
 // BLOOMGATE_FANOUT_RATE inserts/s (default 1000) for
-// BLOOMGATE_FANOUT_SECONDS (default 10), from 8 writers, and checks that
+// BLOOMGATE_FANOUT_SECONDS (default 10), from 16 writers, and checks that
 // every row is then present.
 func TestLag(t *testing.T) {
 	if testing.Short() {
@@ -139,7 +139,7 @@ func TestLag(t *testing.T) {
 	ctx, stop := context.WithTimeout(context.Background(), time.Duration(secs)*time.Second)
 	defer stop()
 	var wg sync.WaitGroup
-	const writers = 8
+	const writers = 16
 	for w := range writers {
 		wg.Go(func() {
 			tick := time.NewTicker(time.Second * writers / time.Duration(rate))
