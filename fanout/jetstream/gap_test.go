@@ -22,7 +22,7 @@ func insertAndWait(t *testing.T, ip *inProcess, g *bloomgate.Gate, prefix string
 	var tok changefeed.Position
 	for i := range n {
 		var err error
-		if tok, err = ip.pg.insert(context.Background(), fmt.Sprintf("%s%d@x", prefix, i)); err != nil {
+		if tok, err = ip.pg.Insert(context.Background(), fmt.Sprintf("%s%d@x", prefix, i)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout/jetstream"
+	"github.com/bloomgate/bloomgate/internal/fanouttest"
 )
 
 func envInt(name string, def int) int {
@@ -38,7 +39,7 @@ func testLogger() *slog.Logger {
 // the test process.
 type inProcess struct {
 	set        *jetstream.Set
-	pg         *pgFixture
+	pg         *fanouttest.PG
 	js         js.JetStream
 	name       string // the set's name
 	stopFeeder func()
@@ -47,7 +48,7 @@ type inProcess struct {
 func startInProcess(t *testing.T, preRows int, capacity uint64) *inProcess {
 	t.Helper()
 	cl := startCluster(t)
-	pg := newPG(t, preRows)
+	pg := fanouttest.NewPG(t, preRows)
 	ctx, cancel := context.WithCancel(context.Background())
 	nc, err := connect(ctx, cl.URLs())
 	if err != nil {
@@ -69,11 +70,11 @@ func startInProcess(t *testing.T, preRows int, capacity uint64) *inProcess {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	g, err := bloomgate.New(bloomgate.Config{Source: pg.source, Capacity: capacity})
+	g, err := bloomgate.New(bloomgate.Config{Source: pg.Source, Capacity: capacity})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := set.NewFeeder(jetstream.FeederConfig{Source: pg.feed(t), Gate: g, HeartbeatInterval: testHeartbeat,
+	f, err := set.NewFeeder(jetstream.FeederConfig{Source: pg.Feed(t), Gate: g, HeartbeatInterval: testHeartbeat,
 		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Minute, MaxLag: testMaxLag}})
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +96,7 @@ func startInProcess(t *testing.T, preRows int, capacity uint64) *inProcess {
 func (ip *inProcess) instance(t *testing.T, capacity uint64) (*bloomgate.Gate, time.Duration) {
 	t.Helper()
 	start := time.Now()
-	g, err := bloomgate.New(bloomgate.Config{Source: ip.pg.source, Capacity: capacity})
+	g, err := bloomgate.New(bloomgate.Config{Source: ip.pg.Source, Capacity: capacity})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestLag(t *testing.T) {
 			for n := 0; ctx.Err() == nil; n++ {
 				<-tick.C
 				key := fmt.Sprintf("w%d-%d@x", w, n)
-				tok, err := ip.pg.insert(ctx, key)
+				tok, err := ip.pg.Insert(ctx, key)
 				if err != nil {
 					continue
 				}

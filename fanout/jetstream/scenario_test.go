@@ -22,6 +22,7 @@ import (
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/fanouttest"
 )
 
 // proc is a child process: a feeder or an instance.
@@ -168,10 +169,10 @@ func TestScenario(t *testing.T) {
 	}
 	cl := startCluster(t)
 	ctx := context.Background()
-	pg := newPG(t, 50000)
+	pg := fanouttest.NewPG(t, 50000)
 	var b [4]byte
 	crand.Read(b[:])
-	rc := roleConfig{urls: cl.URLs(), set: "t" + hex.EncodeToString(b[:]), pgURL: pgURL(), table: pg.table, slot: pg.schema, identity: "users.email"}
+	rc := roleConfig{urls: cl.URLs(), set: "t" + hex.EncodeToString(b[:]), pgURL: fanouttest.URL(), table: pg.Table, slot: pg.Schema, identity: "users.email"}
 
 	nc, err := connect(ctx, rc.urls)
 	if err != nil {
@@ -209,7 +210,7 @@ func TestScenario(t *testing.T) {
 			for n := 0; wctx.Err() == nil; n++ {
 				<-tick.C
 				key := fmt.Sprintf("w%d-%d@x", w, n)
-				tok, err := pg.insert(wctx, key)
+				tok, err := pg.Insert(wctx, key)
 				if err != nil {
 					continue
 				}

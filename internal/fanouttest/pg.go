@@ -1,4 +1,6 @@
-package jetstream_test
+// Package fanouttest holds what the fan-out adapters' tests share: a
+// PostgreSQL table with a publication, dropped with its slots afterwards.
+package fanouttest
 
 import (
 	"context"
@@ -14,23 +16,23 @@ import (
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
-// pgFixture is a table with a publication in its own schema on the test
+// PG is a table with a publication in its own schema on the test
 // PostgreSQL; the schema, publication and every slot named after it are
 // dropped when the test ends.
-type pgFixture struct {
-	schema, table string
-	// insert commits one row and returns the WAL position after the commit:
+type PG struct {
+	Schema, Table string
+	// Insert commits one row and returns the WAL position after the commit:
 	// the writer's read-your-writes token.
-	insert func(ctx context.Context, key string) (changefeed.Position, error)
-	// source scans the table (a gate's Config.Source).
-	source bloomgate.Source
+	Insert func(ctx context.Context, key string) (changefeed.Position, error)
+	// Source scans the table (a gate's Config.Source).
+	Source bloomgate.Source
 }
 
-// feed returns a change feed of the table through the fixture's slot.
-func (fx *pgFixture) feed(t testing.TB) *postgres.Feed {
+// Feed returns a change feed of the table through the fixture's slot.
+func (fx *PG) Feed(t testing.TB) *postgres.Feed {
 	t.Helper()
-	f, err := postgres.NewFeed(postgres.FeedConfig{ConnString: pgURL(), Table: fx.table, Column: "email",
-		Slot: fx.schema, Publication: fx.schema, StatusInterval: 100 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	f, err := postgres.NewFeed(postgres.FeedConfig{ConnString: URL(), Table: fx.Table, Column: "email",
+		Slot: fx.Schema, Publication: fx.Schema, StatusInterval: 100 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,18 +40,20 @@ func (fx *pgFixture) feed(t testing.TB) *postgres.Feed {
 	return f
 }
 
-func pgURL() string {
+// URL is the test PostgreSQL: BLOOMGATE_POSTGRES_URL, or the local default.
+func URL() string {
 	if u := os.Getenv("BLOOMGATE_POSTGRES_URL"); u != "" {
 		return u
 	}
 	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 }
 
-// newPG creates the table with preRows rows.
-func newPG(t testing.TB, preRows int) *pgFixture {
+// NewPG creates the table with preRows rows. It skips the test when
+// PostgreSQL is unreachable, unless BLOOMGATE_REQUIRE_SERVICES is set.
+func NewPG(t testing.TB, preRows int) *PG {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := postgres.Connect(ctx, pgURL())
+	pool, err := postgres.Connect(ctx, URL())
 	if err != nil {
 		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") != "" {
 			t.Fatalf("PostgreSQL unreachable and BLOOMGATE_REQUIRE_SERVICES is set: %v", err)
@@ -59,7 +63,7 @@ func newPG(t testing.TB, preRows int) *pgFixture {
 	var b [6]byte
 	crand.Read(b[:])
 	schema := "bg_fanout_" + hex.EncodeToString(b[:])
-	fx := &pgFixture{schema: schema, table: schema + ".users"}
+	fx := &PG{Schema: schema, Table: schema + ".users"}
 	t.Cleanup(func() {
 		ctx := context.Background()
 		for range 100 {
@@ -84,16 +88,16 @@ func newPG(t testing.TB, preRows int) *pgFixture {
 	}
 	for _, q := range []string{
 		"CREATE SCHEMA " + schema,
-		"CREATE TABLE " + fx.table + " (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text UNIQUE)",
-		"CREATE PUBLICATION " + schema + " FOR TABLE " + fx.table,
-		fmt.Sprintf("INSERT INTO %s (email) SELECT 'pre' || g || '@x' FROM generate_series(1, %d) g", fx.table, preRows),
+		"CREATE TABLE " + fx.Table + " (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text UNIQUE)",
+		"CREATE PUBLICATION " + schema + " FOR TABLE " + fx.Table,
+		fmt.Sprintf("INSERT INTO %s (email) SELECT 'pre' || g || '@x' FROM generate_series(1, %d) g", fx.Table, preRows),
 	} {
 		if _, err := pool.Exec(ctx, q); err != nil {
 			t.Fatal(err)
 		}
 	}
-	fx.insert = func(ctx context.Context, key string) (changefeed.Position, error) {
-		if _, err := pool.Exec(ctx, "INSERT INTO "+fx.table+" (email) VALUES ($1)", key); err != nil {
+	fx.Insert = func(ctx context.Context, key string) (changefeed.Position, error) {
+		if _, err := pool.Exec(ctx, "INSERT INTO "+fx.Table+" (email) VALUES ($1)", key); err != nil {
 			return 0, err
 		}
 		var lsn string
@@ -102,10 +106,10 @@ func newPG(t testing.TB, preRows int) *pgFixture {
 		}
 		return changefeed.ParsePosition(lsn)
 	}
-	src, err := postgres.New(postgres.Config{Pool: pool, Table: fx.table, Column: "email"})
+	src, err := postgres.New(postgres.Config{Pool: pool, Table: fx.Table, Column: "email"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx.source = src
+	fx.Source = src
 	return fx
 }
