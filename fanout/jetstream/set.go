@@ -7,7 +7,7 @@
 //
 //   - stream BG_<set>, subject bloomgate.<set>: the log. Each message is a
 //     fanout.Batch (consecutive transactions, with the position the batch
-//     continues from), published with Nats-Msg-Id = its end position, so a
+//     continues from), published with Nats-Msg-Id = its end position (decimal), so a
 //     retried or repeated publish is dropped by the stream, and with
 //     expected-last-sequence, so a feeder that lost its lease is refused.
 //   - KV bucket BG_<set>_lease, key "feeder": the feeder lease, taken by
