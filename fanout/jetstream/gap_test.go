@@ -49,8 +49,8 @@ func streamErr(t *testing.T, ip *inProcess, from changefeed.Position) error {
 func TestTrimmedStreamIsRebuild(t *testing.T) {
 	ip := startInProcess(t, 100, 1<<16)
 	g, _ := ip.instance(t, 1<<16)
-	old := insertAndWait(t, ip, g, "a", 20)
-	old = g.Position()
+	insertAndWait(t, ip, g, "a", 20)
+	old := g.Position()
 	insertAndWait(t, ip, g, "b", 20)
 	stream, err := ip.js.Stream(context.Background(), "BG_"+ip.name)
 	if err != nil {
