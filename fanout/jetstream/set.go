@@ -384,7 +384,7 @@ func (s *Set) readFrom(ctx context.Context, next *uint64, pos changefeed.Positio
 
 // skipped explains a consumer that delivered got where want was due: an
 // error wrapping fanout.ErrGap when the stream no longer holds want
-// (trimmed), else a transient error (the consumer lost messages in flight,
+// (trimmed or deleted), else a transient error (the consumer lost messages in flight,
 // as an unacknowledged consumer may across a reconnection), after which
 // read creates a new consumer from want.
 func (s *Set) skipped(ctx context.Context, want, got uint64) error {
@@ -394,6 +394,9 @@ func (s *Set) skipped(ctx context.Context, want, got uint64) error {
 	}
 	if info.State.FirstSeq > want {
 		return fmt.Errorf("%w: expected stream sequence %d, the stream starts at %d (trimmed)", fanout.ErrGap, want, info.State.FirstSeq)
+	}
+	if _, err := s.stream.GetMsg(ctx, want); errors.Is(err, js.ErrMsgNotFound) {
+		return fmt.Errorf("%w: stream sequence %d was deleted", fanout.ErrGap, want)
 	}
 	return fmt.Errorf("jetstream: consumer skipped from sequence %d to %d", want, got)
 }
