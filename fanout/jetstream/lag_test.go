@@ -96,7 +96,7 @@ func startInProcess(t *testing.T, preRows int, capacity uint64) *inProcess {
 func (ip *inProcess) instance(t *testing.T, capacity uint64) (*bloomgate.Gate, time.Duration) {
 	t.Helper()
 	start := time.Now()
-	g, err := bloomgate.New(bloomgate.Config{Source: ip.pg.Source, Capacity: capacity})
+	g, err := bloomgate.New(bloomgate.Config{Source: ip.pg.Source, Capacity: capacity, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
