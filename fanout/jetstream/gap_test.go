@@ -125,6 +125,22 @@ func TestJoin(t *testing.T) {
 			best = d
 		}
 	}
+	// A restart from the instance's own local snapshot (written when its
+	// Follow stopped), then the stream's tail.
+	icfg := jetstream.InstanceConfig{HeadTimeout: 10 * testHeartbeat, Local: bloomgate.DirSnapshots(t.TempDir())}
+	_, _, stop := ip.instanceWith(t, 0, icfg)
+	insertAndWait(t, ip, g0, "k", 10)
+	stop()
+	insertAndWait(t, ip, g0, "l", 10)
+	var local time.Duration
+	for i := range 3 {
+		_, d, stop := ip.instanceWith(t, 0, icfg)
+		stop()
+		t.Logf("restart %d from the local snapshot: ready %v after its start", i, d.Round(100*time.Microsecond))
+		if local == 0 || d < local {
+			local = d
+		}
+	}
 	var size uint64
 	if obs, err := ip.js.ObjectStore(context.Background(), "BG_"+ip.name+"_snap"); err == nil {
 		if infos, err := obs.List(context.Background()); err == nil {
@@ -133,6 +149,6 @@ func TestJoin(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d keys (snapshot %.1f MiB): first instance %v (includes the feeder's bootstrap); later joins from the object store best %v",
-		n, float64(size)/(1<<20), first.Round(time.Millisecond), best.Round(100*time.Microsecond))
+	t.Logf("%d keys (snapshot %.1f MiB): first instance %v (includes the feeder's bootstrap); later joins from the object store best %v; restarts from a local snapshot best %v",
+		n, float64(size)/(1<<20), first.Round(time.Millisecond), best.Round(100*time.Microsecond), local.Round(100*time.Microsecond))
 }

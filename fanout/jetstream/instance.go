@@ -34,6 +34,13 @@ type InstanceConfig struct {
 	// answering "absent" within HeadTimeout + MaxLag. Keep it a few
 	// FeederConfig.HeartbeatIntervals. Default: 5 s.
 	HeadTimeout time.Duration
+	// Local, if set, keeps this instance's own snapshots (such as
+	// bloomgate.DirSnapshots(dir)): Save writes there, and Load starts from
+	// the newest local snapshot when it is at least as new as the feeder's
+	// newest, so a restart reads a local file and only the stream's tail.
+	// Default: nil, Save returns ErrReadOnly and every start fetches the
+	// feeder's snapshot.
+	Local bloomgate.SnapshotStore
 }
 
 // DefaultHeadTimeout is InstanceConfig.HeadTimeout's default.
@@ -82,10 +89,14 @@ func (s *Set) NewInstance(cfg InstanceConfig) (*Instance, error) {
 	return &Instance{s: s, cfg: cfg}, nil
 }
 
-// Snapshots returns the store of the feeder's snapshots, for
-// FollowConfig.Snapshots. Its Load tries them newest first; its Save
-// returns ErrReadOnly (only the feeder uploads), which Follow logs.
-func (in *Instance) Snapshots() bloomgate.SnapshotStore { return &snapshots{s: in.s} }
+// Snapshots returns the store for FollowConfig.Snapshots: Load tries the
+// newest local snapshot if it is at least as new as the feeder's newest,
+// then the feeder's, newest first, then the older local ones; Save writes
+// to InstanceConfig.Local, or returns ErrReadOnly without one (only the
+// feeder uploads; Follow logs the error).
+func (in *Instance) Snapshots() bloomgate.SnapshotStore {
+	return &snapshots{s: in.s, local: in.cfg.Local}
+}
 
 // Bootstrap returns ErrSnapshotOnly.
 func (in *Instance) Bootstrap(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error) {

@@ -95,12 +95,19 @@ func startInProcess(t *testing.T, preRows int, capacity uint64) *inProcess {
 // it took to become ready.
 func (ip *inProcess) instance(t *testing.T, capacity uint64) (*bloomgate.Gate, time.Duration) {
 	t.Helper()
+	g, d, _ := ip.instanceWith(t, capacity, jetstream.InstanceConfig{HeadTimeout: 10 * testHeartbeat})
+	return g, d
+}
+
+// instanceWith is instance with an InstanceConfig; stop ends its Follow.
+func (ip *inProcess) instanceWith(t *testing.T, capacity uint64, icfg jetstream.InstanceConfig) (*bloomgate.Gate, time.Duration, func()) {
+	t.Helper()
 	start := time.Now()
 	g, err := bloomgate.New(bloomgate.Config{Source: ip.pg.Source, Capacity: capacity, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := ip.set.NewInstance(jetstream.InstanceConfig{HeadTimeout: 10 * testHeartbeat})
+	in, err := ip.set.NewInstance(icfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,11 +117,13 @@ func (ip *inProcess) instance(t *testing.T, capacity uint64) (*bloomgate.Gate, t
 		g.Follow(ctx, in, bloomgate.FollowConfig{Identity: "users.email", Snapshots: in.Snapshots(), MaxLag: testMaxLag, SnapshotInterval: time.Hour})
 		close(done)
 	}()
-	t.Cleanup(func() { cancel(); <-done; g.Close() })
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done; g.Close() }) }
+	t.Cleanup(stop)
 	for !g.Ready() {
 		time.Sleep(time.Millisecond)
 	}
-	return g, time.Since(start)
+	return g, time.Since(start), stop
 }
 
 // TestLag measures commit-to-visible lag on an instance at

@@ -3,6 +3,7 @@ package jetstream
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,7 @@ type record struct {
 type snapshots struct {
 	s       *Set
 	startOf func(changefeed.Position) (uint64, bool)
+	local   bloomgate.SnapshotStore // an instance's own snapshots, or nil
 }
 
 var _ bloomgate.SnapshotStore = (*snapshots)(nil)
@@ -42,6 +44,9 @@ var _ bloomgate.SnapshotStore = (*snapshots)(nil)
 // no longer in the record's history.
 func (ss *snapshots) Save(ctx context.Context, pos changefeed.Position, write func(io.Writer) error) error {
 	if ss.startOf == nil {
+		if ss.local != nil {
+			return ss.local.Save(ctx, pos, write)
+		}
 		return ErrReadOnly
 	}
 	start, ok := ss.startOf(pos)
@@ -133,13 +138,52 @@ func (ss *snapshots) prune(ctx context.Context) {
 	}
 }
 
-// Load tries the recorded snapshots, newest first.
+// errOlder skips a local snapshot older than the feeder's newest.
+var errOlder = errors.New("jetstream: local snapshot older than the feeder's")
+
+// snapshotPosition reads the position from a snapshot's header (magic
+// "BGSNAP", version u16, position u64 little-endian: bloomgate's snapshot
+// format) without consuming it.
+func snapshotPosition(br *bufio.Reader) (changefeed.Position, bool) {
+	hdr, err := br.Peek(16)
+	if err != nil || string(hdr[:6]) != "BGSNAP" {
+		return 0, false
+	}
+	return changefeed.Position(binary.LittleEndian.Uint64(hdr[8:])), true
+}
+
+// Load tries the newest local snapshot when it is at least as new as the
+// feeder's newest, then the recorded (feeder's) snapshots, newest first,
+// then any local one.
 func (ss *snapshots) Load(ctx context.Context, try func(r io.Reader) error) error {
 	recs, err := ss.records(ctx)
-	if err != nil {
+	if err != nil && ss.local == nil {
 		return err
 	}
 	errs := []error{bloomgate.ErrNoSnapshot}
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if ss.local != nil {
+		var newest changefeed.Position
+		if len(recs) > 0 {
+			newest = recs[0].Position
+		}
+		lerr := ss.local.Load(ctx, func(r io.Reader) error {
+			br := bufio.NewReaderSize(r, 1<<16)
+			if pos, ok := snapshotPosition(br); ok && pos < newest {
+				return errOlder
+			}
+			return try(br)
+		})
+		if lerr == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		errs = append(errs, lerr)
+	}
 	for _, r := range recs {
 		err := ss.tryOne(ctx, r, try)
 		if err == nil {
@@ -150,6 +194,12 @@ func (ss *snapshots) Load(ctx context.Context, try func(r io.Reader) error) erro
 			return ctx.Err()
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", r.Object, err))
+	}
+	if ss.local != nil && len(recs) > 0 {
+		// The feeder's failed: an older local one beats none.
+		if err := ss.local.Load(ctx, try); err == nil {
+			return nil
+		}
 	}
 	return errors.Join(errs...)
 }
