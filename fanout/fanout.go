@@ -1,9 +1,10 @@
 // Package fanout carries one change feed to many gate instances through a
 // replicated log: a single feeder reads the database's feed and appends its
 // transactions to the log, every instance replays the log from the position
-// of a shared snapshot. The engine adapters (fanout/jetstream) hold the
-// engine-specific parts; this package holds what they share and has no
-// dependencies: the message format and the continuity check.
+// of a shared snapshot. The engine adapters (fanout/jetstream,
+// fanout/redisstream) hold the engine-specific parts; this package holds
+// what they share and has no dependencies: the message format and the
+// continuity check.
 //
 // # Message format
 //
