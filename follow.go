@@ -381,6 +381,7 @@ func (fl *follower) updateLocked(now time.Time) {
 	g.m.feedPosition.Store(uint64(fl.pos))
 	if fresh {
 		fl.caughtUp = true
+		g.freshUntil.Store(monoNow() + int64(fl.cfg.MaxLag-lag))
 	}
 	change := func(v *view) bool {
 		ours := v.state == StateDegraded && strings.HasPrefix(v.reason, feedReason)

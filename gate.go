@@ -228,6 +228,9 @@ type Gate struct {
 	view atomic.Pointer[view]
 	sf   singleflight.Group
 	m    *metrics
+	// freshUntil is when the applied feed position stops being within
+	// MaxLag of the feed's head, as last checked (monotonic, see monoNow).
+	freshUntil atomic.Int64
 
 	buildMu sync.Mutex // one build at a time
 

@@ -1,0 +1,264 @@
+// Package fanout carries one change feed to many gate instances through a
+// replicated log: a single feeder reads the database's feed and appends its
+// transactions to the log, every instance replays the log from the position
+// of a shared snapshot. The engine adapters (fanout/jetstream,
+// fanout/redisstream) hold the engine-specific parts; this package holds
+// what they share and has no dependencies: the message format and the
+// continuity check.
+//
+// # Message format
+//
+// A message carries a Batch, one or more consecutive transactions of the
+// feed (progress markers included), encoded by AppendBatch:
+//
+//	version byte (1) | prev uvarint | count uvarint (≥ 1) |
+//	count × txn | CRC-32C (Castagnoli) of all the bytes before it, u32 LE
+//
+//	txn: commit uvarint | end uvarint | time varint (Unix ns, 0: none) |
+//	     changes uvarint | changes × (kind byte | for insert and delete:
+//	     key length uvarint | key)
+//
+// Prev is the End of the last transaction of the previous message (or the
+// point the feeder bootstrapped at), so a consumer detects a missing message
+// from the message alone.
+package fanout
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"time"
+
+	"github.com/bloomgate/bloomgate/changefeed"
+)
+
+// Version is the message format version AppendBatch writes and DecodeBatch
+// reads.
+const Version = 1
+
+// Errors.
+var (
+	// ErrCorrupt reports a message DecodeBatch cannot read: damaged,
+	// truncated, of another format version, or inconsistent (positions not
+	// increasing, an unknown change kind).
+	ErrCorrupt = errors.New("fanout: corrupt message")
+	// ErrGap wraps changefeed.ErrRebuild: a message does not continue from
+	// the consumer's position (a message is missing, the log was trimmed, or
+	// the feeder bootstrapped afresh). The consumer must start again from a
+	// snapshot taken after the gap.
+	ErrGap = fmt.Errorf("fanout: gap in the log: %w", changefeed.ErrRebuild)
+)
+
+// Batch is the content of one message: consecutive transactions of the
+// feed, in order, with strictly increasing End.
+type Batch struct {
+	// Prev is the feed position the batch continues from: the End of the
+	// previous message's last transaction, or a bootstrap point.
+	Prev changefeed.Position
+	// Txns are the transactions after Prev; at least one.
+	Txns []changefeed.Txn
+}
+
+// End returns the End of the batch's last transaction (Prev when empty).
+func (b Batch) End() changefeed.Position {
+	if len(b.Txns) == 0 {
+		return b.Prev
+	}
+	return b.Txns[len(b.Txns)-1].End
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// AppendBatch appends b's encoding to dst. It fails when b has no
+// transactions, when the positions do not strictly increase from Prev, when
+// a Commit exceeds its End, or on a change of an unknown kind.
+func AppendBatch(dst []byte, b Batch) ([]byte, error) {
+	if len(b.Txns) == 0 {
+		return dst, errors.New("fanout: empty batch")
+	}
+	start := len(dst)
+	dst = append(dst, Version)
+	dst = binary.AppendUvarint(dst, uint64(b.Prev))
+	dst = binary.AppendUvarint(dst, uint64(len(b.Txns)))
+	last := b.Prev
+	for _, t := range b.Txns {
+		if t.End <= last || t.Commit > t.End {
+			return dst[:start], fmt.Errorf("fanout: transaction %v/%v does not follow %v", t.Commit, t.End, last)
+		}
+		last = t.End
+		dst = binary.AppendUvarint(dst, uint64(t.Commit))
+		dst = binary.AppendUvarint(dst, uint64(t.End))
+		var ns int64
+		if !t.Time.IsZero() {
+			ns = t.Time.UnixNano()
+		}
+		dst = binary.AppendVarint(dst, ns)
+		dst = binary.AppendUvarint(dst, uint64(len(t.Changes)))
+		for _, c := range t.Changes {
+			dst = append(dst, byte(c.Kind))
+			switch c.Kind {
+			case changefeed.Insert, changefeed.Delete:
+				dst = binary.AppendUvarint(dst, uint64(len(c.Key)))
+				dst = append(dst, c.Key...)
+			case changefeed.UnknownDelete, changefeed.Truncate:
+			default:
+				return dst[:start], fmt.Errorf("fanout: change of unknown kind %v", c.Kind)
+			}
+		}
+	}
+	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli)), nil
+}
+
+// DecodeBatch decodes a message written by AppendBatch. Keys are copied, so
+// p may be reused. Any damage returns an error wrapping ErrCorrupt; no
+// input makes it panic or allocate much more than len(p).
+func DecodeBatch(p []byte) (Batch, error) {
+	if len(p) < 1+4 {
+		return Batch{}, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(p))
+	}
+	body := p[:len(p)-4]
+	if binary.LittleEndian.Uint32(p[len(body):]) != crc32.Checksum(body, castagnoli) {
+		return Batch{}, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	}
+	if body[0] != Version {
+		return Batch{}, fmt.Errorf("%w: format version %d, this build reads %d", ErrCorrupt, body[0], Version)
+	}
+	d := decoder{p: body[1:]}
+	var b Batch
+	b.Prev = changefeed.Position(d.uvarint())
+	n := d.count(4) // a transaction takes at least 4 bytes
+	if d.err == nil && n == 0 {
+		d.fail("no transactions")
+	}
+	if d.err == nil {
+		b.Txns = make([]changefeed.Txn, 0, n)
+	}
+	last := b.Prev
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		var t changefeed.Txn
+		t.Commit = changefeed.Position(d.uvarint())
+		t.End = changefeed.Position(d.uvarint())
+		if ns := d.varint(); ns != 0 {
+			t.Time = time.Unix(0, ns).UTC()
+		}
+		if d.err == nil && (t.End <= last || t.Commit > t.End) {
+			d.fail(fmt.Sprintf("transaction %v/%v does not follow %v", t.Commit, t.End, last))
+		}
+		last = t.End
+		nc := d.count(1)
+		if nc > 0 && d.err == nil {
+			t.Changes = make([]changefeed.Change, 0, nc)
+		}
+		for j := uint64(0); j < nc && d.err == nil; j++ {
+			t.Changes = append(t.Changes, d.change())
+		}
+		b.Txns = append(b.Txns, t)
+	}
+	if d.err == nil && len(d.p) != 0 {
+		d.fail(fmt.Sprintf("%d trailing bytes", len(d.p)))
+	}
+	if d.err != nil {
+		return Batch{}, d.err
+	}
+	return b, nil
+}
+
+type decoder struct {
+	p   []byte
+	err error
+}
+
+func (d *decoder) fail(why string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrCorrupt, why)
+	}
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.p)
+	if n <= 0 {
+		d.fail("bad uvarint")
+		return 0
+	}
+	d.p = d.p[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.p)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.p = d.p[n:]
+	return v
+}
+
+// count reads an element count, each element taking at least min bytes of
+// what is left, so a lying count cannot make the decoder allocate.
+func (d *decoder) count(min int) uint64 {
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(d.p)/min) {
+		d.fail(fmt.Sprintf("count %d exceeds the message", n))
+		return 0
+	}
+	return n
+}
+
+func (d *decoder) change() changefeed.Change {
+	if len(d.p) == 0 {
+		d.fail("truncated change")
+		return changefeed.Change{}
+	}
+	c := changefeed.Change{Kind: changefeed.Kind(d.p[0])}
+	d.p = d.p[1:]
+	switch c.Kind {
+	case changefeed.Insert, changefeed.Delete:
+		n := d.uvarint()
+		if d.err == nil && n > uint64(len(d.p)) {
+			d.fail("truncated key")
+		}
+		if d.err != nil {
+			return c
+		}
+		c.Key = append(make([]byte, 0, n), d.p[:n]...)
+		d.p = d.p[n:]
+	case changefeed.UnknownDelete, changefeed.Truncate:
+	default:
+		d.fail(fmt.Sprintf("unknown change kind %d", c.Kind))
+	}
+	return c
+}
+
+// Continue returns the transactions of b after pos, the position a consumer
+// has applied, or an error wrapping ErrGap when b does not continue from pos:
+//
+//   - b.Prev == pos: all of b's transactions;
+//   - b.End() <= pos: none (b was applied already);
+//   - b.Prev < pos < b.End(): those after the transaction ending at pos, an
+//     ErrGap when no transaction of b ends at pos (pos is from another
+//     history of the log, such as a bootstrap point);
+//   - b.Prev > pos: ErrGap, the transactions in between are missing.
+func Continue(pos changefeed.Position, b Batch) ([]changefeed.Txn, error) {
+	switch {
+	case b.Prev == pos:
+		return b.Txns, nil
+	case b.End() <= pos:
+		return nil, nil
+	case b.Prev > pos:
+		return nil, fmt.Errorf("%w: message continues from %v, consumer is at %v", ErrGap, b.Prev, pos)
+	}
+	for i, t := range b.Txns {
+		if t.End == pos {
+			return b.Txns[i+1:], nil
+		}
+	}
+	return nil, fmt.Errorf("%w: no transaction of the message (%v..%v) ends at %v", ErrGap, b.Prev, b.End(), pos)
+}

@@ -1,0 +1,36 @@
+package bloomgate
+
+import (
+	"time"
+
+	"github.com/bloomgate/bloomgate/changefeed"
+)
+
+// Position returns the change-feed position whose transactions the gate's
+// filter reflects (Follow): every transaction with End at or below it has
+// been applied. It is 0 before Follow has loaded a snapshot or bootstrapped.
+func (g *Gate) Position() changefeed.Position {
+	return changefeed.Position(g.m.feedPosition.Load())
+}
+
+// MayContainAt is MayContain for a reader that must see every transaction
+// up to pos: read-your-writes across instances, where pos is a token the
+// writer took after its commit (for PostgreSQL, SELECT pg_current_wal_lsn()
+// once the transaction committed). It reports true ("maybe", look in the
+// database) while Position is below pos, and while the last check of the
+// feed's lag is more than MaxLag old (a process that was paused, or whose
+// Follow stopped); otherwise it answers as MayContain. pos 0 only applies
+// the second condition.
+func (g *Gate) MayContainAt(key []byte, pos changefeed.Position) bool {
+	if g.Position() < pos || monoNow() > g.freshUntil.Load() {
+		g.m.failOpen[StateDegraded].Add(1)
+		return true
+	}
+	return g.MayContain(key)
+}
+
+// monoBase anchors monoNow.
+var monoBase = time.Now()
+
+// monoNow is a monotonic clock reading in nanoseconds.
+func monoNow() int64 { return int64(time.Since(monoBase)) }
