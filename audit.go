@@ -67,7 +67,7 @@ func (g *Gate) auditOne(nk []byte) {
 // mayContainNormalized looks up an already normalised key.
 func (g *Gate) mayContainNormalized(nk []byte) bool {
 	v := g.view.Load()
-	if !v.authoritative() || len(nk) > g.cfg.MaxKeyLen {
+	if !g.answers(v) || len(nk) > g.cfg.MaxKeyLen {
 		return true
 	}
 	return v.f.MayContainHash(filter.Hash(nk, v.seed))

@@ -31,7 +31,7 @@ func (g *Gate) mayContainBatch(n int, key func(i int) []byte, out []bool) int {
 	for start := 0; start < n; start += lookupBatch {
 		end := min(start+lookupBatch, n)
 		v := g.view.Load()
-		if !v.authoritative() {
+		if !g.answers(v) {
 			maybe += g.failOpenBatch(v, out[start:end])
 			continue
 		}
@@ -60,7 +60,7 @@ func (g *Gate) failOpenBatch(v *view, out []bool) int {
 	for i := range out {
 		out[i] = true
 	}
-	g.m.failOpen[v.state].Add(uint64(len(out)))
+	g.failOpen(v, uint64(len(out)))
 	return len(out)
 }
 

@@ -256,7 +256,7 @@ func (fl *follower) load(ctx context.Context) bool {
 // follower has caught up. g.mu is held.
 func (fl *follower) publishLocked(f Filter) {
 	g := fl.g
-	nv := &view{state: StateReady, f: f, seed: f.Seed(), snapshotAt: g.cfg.Now(), builtAt: g.cfg.Now()}
+	nv := &view{state: StateReady, f: f, seed: f.Seed(), followed: true, snapshotAt: g.cfg.Now(), builtAt: g.cfg.Now()}
 	nv.rm, _ = f.(Remover)
 	switch {
 	case g.closed:

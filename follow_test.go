@@ -28,6 +28,7 @@ type memFeed struct {
 	paused    bool
 	lost      bool // Stream fails with ErrRebuild until the next Bootstrap
 	confirmed changefeed.Position
+	headStuck bool // Head blocks until its context ends, like a stalled process
 	boots     int
 	rebuilds  int
 }
@@ -97,6 +98,11 @@ func (f *memFeed) Rebuild(ctx context.Context, fn func([]byte) error) (changefee
 
 func (f *memFeed) Head(ctx context.Context) (changefeed.Position, error) {
 	f.mu.Lock()
+	if f.headStuck {
+		f.mu.Unlock()
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}
 	defer f.mu.Unlock()
 	if len(f.log) == 0 {
 		return 0, nil
@@ -258,9 +264,8 @@ func TestFollowMaxLag(t *testing.T) {
 	if !g.MayContainString("late@example.com") {
 		t.Fatal("a row committed while the feed stalled was reported absent")
 	}
-	if st, reason := g.State(); st != bloomgate.StateDegraded || reason == "" {
-		t.Fatalf("state %v %q", st, reason)
-	}
+	// The lag checker then says why.
+	waitFor(t, func() bool { st, reason := g.State(); return st == bloomgate.StateDegraded && reason != "" })
 	feed.setPaused(false)
 	waitFor(t, g.Ready)
 	checkNoFalseNegatives(t, g, []string{"late@example.com"})
@@ -288,9 +293,10 @@ func TestFollowResync(t *testing.T) {
 func TestFollowSnapshotRestart(t *testing.T) {
 	dir := t.TempDir()
 	feed := newMemFeed(keys("user", 20000)...)
+	est := newMemSource(keys("user", 20000)...) // sizes the filter: no overfill rebuild
 	store := bloomgate.DirSnapshots(dir)
 	fcfg := bloomgate.FollowConfig{Identity: "users.email", Snapshots: store, SnapshotInterval: time.Hour}
-	g, stop := follow(t, feed, bloomgate.Config{}, fcfg)
+	g, stop := follow(t, feed, bloomgate.Config{Source: est}, fcfg)
 	waitApplied(t, g, feed.commit([]string{"before@example.com"}, nil))
 	stop() // snapshots on shutdown
 	g.Close()
@@ -302,8 +308,14 @@ func TestFollowSnapshotRestart(t *testing.T) {
 	}
 	feed.commit([]string{"while-down@example.com"}, []string{"user7@example.com"})
 
-	g2, stop2 := follow(t, feed, bloomgate.Config{}, fcfg)
+	var logs syncBuffer
+	g2, stop2 := follow(t, feed, bloomgate.Config{Source: est, Logger: slogTo(&logs)}, fcfg)
 	defer stop2()
+	defer func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	}()
 	checkNoFalseNegatives(t, g2, append(keys("user", 20000)[8:], "before@example.com", "while-down@example.com"))
 	feed.mu.Lock()
 	boots = feed.boots
@@ -358,5 +370,30 @@ func TestFollowBadSnapshots(t *testing.T) {
 	feed.mu.Unlock()
 	if boots != 2 {
 		t.Fatalf("%d bootstraps: a snapshot of another set was used", boots)
+	}
+}
+
+// TestFollowStaleCheckerFailsOpen: when the lag checker itself stops (a
+// process paused past MaxLag, here a Head that never returns), lookups fail
+// open once MaxLag has passed since the last check, before any state change.
+func TestFollowStaleCheckerFailsOpen(t *testing.T) {
+	feed := newMemFeed(keys("user", 100)...)
+	g, stop := follow(t, feed, bloomgate.Config{}, bloomgate.FollowConfig{MaxLag: 100 * time.Millisecond})
+	defer stop()
+	if g.MayContainString("nobody@example.com") && g.MayContainString("nobody2@example.com") && g.MayContainString("nobody3@example.com") {
+		t.Fatal("three absent keys all maybe: the filter does not answer")
+	}
+	feed.mu.Lock()
+	feed.headStuck = true
+	feed.mu.Unlock()
+	waitFor(t, func() bool { return !g.Ready() })
+	for _, k := range keys("nobody", 100) {
+		if !g.MayContainString(k) {
+			t.Fatal("answered absent although the lag was last checked more than MaxLag ago")
+		}
+	}
+	out := make([]bool, 3)
+	if g.MayContainStrings([]string{"a", "b", "c"}, out) != 3 {
+		t.Fatal("a batched lookup answered absent past MaxLag")
 	}
 }

@@ -211,6 +211,9 @@ type view struct {
 	f      Filter  // nil while warming
 	rm     Remover // f, if it can remove
 	seed   uint64  // f's hash seed
+	// followed: a change feed keeps f in step (Follow), so f answers only
+	// while the feed's lag was checked recently enough (Gate.freshUntil).
+	followed bool
 	// snapshotAt is when f's build installed it: rows committed later
 	// reached f through Add, rows deleted earlier may be missing from it.
 	snapshotAt time.Time
@@ -285,9 +288,27 @@ func (g *Gate) State() (State, string) {
 }
 
 // Ready reports whether the filter is authoritative (for readiness probes).
-func (g *Gate) Ready() bool { return g.view.Load().authoritative() }
+func (g *Gate) Ready() bool { return g.answers(g.view.Load()) }
 
 func (v *view) authoritative() bool { return v.state == StateReady || v.state == StateRebuilding }
+
+// answers reports whether v's filter may answer "absent" now: v is
+// authoritative and, while a feed keeps it in step, the feed's lag was last
+// found within MaxLag recently enough. A process paused past MaxLag (SIGSTOP,
+// a long GC or VM stall) thus fails open from its first lookup after
+// resuming, before its lag checker runs again.
+func (g *Gate) answers(v *view) bool {
+	return v.authoritative() && (!v.followed || monoNow() <= g.freshUntil.Load())
+}
+
+// failOpen counts a lookup sent to the database because v cannot answer.
+func (g *Gate) failOpen(v *view, n uint64) {
+	st := v.state
+	if v.authoritative() { // stale: a followed filter past MaxLag
+		st = StateDegraded
+	}
+	g.m.failOpen[st].Add(n)
+}
 
 // MayContain reports false only if key is definitely not in the table. It
 // never blocks and does not allocate (built-in normalisers, keys ≤ 256 bytes).
@@ -306,8 +327,8 @@ func (g *Gate) MayContainString(key string) bool {
 // filter (false: failed open).
 func (g *Gate) mayContain(key []byte) (present, authoritative bool) {
 	v := g.view.Load()
-	if !v.authoritative() {
-		g.m.failOpen[v.state].Add(1)
+	if !g.answers(v) {
+		g.failOpen(v, 1)
 		return true, false
 	}
 	var buf [256]byte

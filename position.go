@@ -23,7 +23,7 @@ func (g *Gate) Position() changefeed.Position {
 // the second condition.
 func (g *Gate) MayContainAt(key []byte, pos changefeed.Position) bool {
 	if g.Position() < pos || monoNow() > g.freshUntil.Load() {
-		g.m.failOpen[StateDegraded].Add(1)
+		g.failOpen(g.view.Load(), 1)
 		return true
 	}
 	return g.MayContain(key)
