@@ -50,11 +50,18 @@ func (g *Gate) build(ctx context.Context, kind string) (err error) {
 	}
 	// A Bloom filter is built with plain writes from this goroutine alone;
 	// adds made meanwhile are buffered and applied when it finishes.
-	add := nf.AddHash
+	add := func(hs []uint64) error {
+		for _, h := range hs {
+			if err := nf.AddHash(h); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	bb := (*filter.BloomBuilder)(nil)
 	if b, ok := nf.(*filter.Bloom); ok {
 		bb = b.Builder()
-		add = func(h uint64) error { bb.AddHash(h); return nil }
+		add = func(hs []uint64) error { bb.AddHashMany(hs); return nil }
 	}
 	snapshotAt, recent, err := g.install(nf, kind, bb != nil)
 	if err != nil {
@@ -141,12 +148,10 @@ func (g *Gate) install(nf Filter, kind string, buffered bool) (time.Time, []jour
 
 // replay adds the journal's recent hashes to the new filter. Adds made since
 // install reach it directly, or from the buffer.
-func replay(add func(uint64) error, recent []journalSegment) error {
+func replay(add func([]uint64) error, recent []journalSegment) error {
 	for _, seg := range recent {
-		for _, h := range seg.hashes {
-			if err := add(h); err != nil {
-				return fmt.Errorf("filter refused a replayed add: %w", err)
-			}
+		if err := add(seg.hashes); err != nil {
+			return fmt.Errorf("filter refused a replayed add: %w", err)
 		}
 	}
 	return nil
@@ -154,11 +159,23 @@ func replay(add func(uint64) error, recent []journalSegment) error {
 
 // scan adds every key of the source to nf, skipping those longer than
 // MaxKeyLen (always "maybe" at lookup time, so safe to leave out).
-func (g *Gate) scan(ctx context.Context, add func(uint64) error, est int64) (keys, skipped int64, err error) {
+func (g *Gate) scan(ctx context.Context, add func([]uint64) error, est int64) (keys, skipped int64, err error) {
 	report := func(done bool) {
 		if g.cfg.OnProgress != nil {
 			g.cfg.OnProgress(Progress{Keys: keys, Estimate: est, Done: done})
 		}
+	}
+	// Keys are added in groups, so a filter that can overlap their cache
+	// misses does (filter.BloomBuilder.AddHashMany).
+	var group [256]uint64
+	n := 0
+	flush := func() error {
+		err := add(group[:n])
+		n = 0
+		if err != nil {
+			return fmt.Errorf("filter refused one of keys %d to %d: %w", keys-int64(len(group)), keys, err)
+		}
+		return nil
 	}
 	err = g.cfg.Source.Scan(ctx, func(key []byte) error {
 		h, err := g.hash(key, g.seed) // builds hold buildMu: the seed cannot change
@@ -166,15 +183,22 @@ func (g *Gate) scan(ctx context.Context, add func(uint64) error, est int64) (key
 			skipped++
 			return nil
 		}
-		if err := add(h); err != nil {
-			return fmt.Errorf("filter refused key %d: %w", keys, err)
+		group[n] = h
+		keys++
+		if n++; n == len(group) {
+			if err := flush(); err != nil {
+				return err
+			}
 		}
-		if keys++; keys%progressEvery == 0 {
+		if keys%progressEvery == 0 {
 			report(false)
 			return ctx.Err()
 		}
 		return nil
 	})
+	if err == nil {
+		err = flush()
+	}
 	report(true)
 	return keys, skipped, err
 }

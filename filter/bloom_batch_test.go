@@ -300,3 +300,24 @@ func bloomBytes(t *testing.T, f *filter.Bloom) []byte {
 	}
 	return buf.Bytes()
 }
+
+func TestBloomBuilderAddHashManyMatchesAdd(t *testing.T) {
+	for _, n := range []int{0, 1, 15, 16, 17, 100, 10000} {
+		cfg := filter.BloomConfig{Capacity: 5000, FPRate: 0.01, Seed: 3}
+		a, _ := filter.NewBloom(cfg)
+		bb, _ := filter.NewBloomBuilder(cfg)
+		keys := filtertest.Emails(n, 4)
+		hs := make([]uint64, n)
+		for i, k := range keys {
+			a.Add(k)
+			hs[i] = a.Hash(k)
+		}
+		bb.AddHashMany(hs)
+		var x, y bytes.Buffer
+		a.WriteTo(&x)
+		bb.Finish().WriteTo(&y)
+		if !bytes.Equal(x.Bytes(), y.Bytes()) {
+			t.Fatalf("n=%d: AddHashMany built other bytes than Add", n)
+		}
+	}
+}

@@ -75,3 +75,18 @@ func (b *BloomBuilder) Finish() *Bloom {
 	b.f, b.added = nil, 0
 	return f
 }
+
+// AddHashMany inserts the keys with hashes hs, as AddHash does for each; it
+// fetches the blocks of one group of keys while it sets the bits of the group
+// before, so their cache misses overlap (a filter larger than the CPU caches
+// fills several times faster than one AddHash at a time).
+func (b *BloomBuilder) AddHashMany(hs []uint64) {
+	b.f.prefetch(hs[:min(len(hs), hashGroup)])
+	for i := 0; i < len(hs); i += hashGroup {
+		end := min(i+hashGroup, len(hs))
+		b.f.prefetch(hs[end:min(end+hashGroup, len(hs))])
+		for _, h := range hs[i:end] {
+			b.AddHash(h)
+		}
+	}
+}
