@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"os"
 	"slices"
 	"strconv"
@@ -20,7 +21,7 @@ import (
 // for BLOOMGATE_FEED_SECONDS (default 5) per iteration.
 //
 //	go test ./source/postgres -run XXX -bench FeedLag -benchtime 1x
-//	BLOOMGATE_FEED_RATE=10000 go test ./source/postgres -run XXX -bench FeedLag -benchtime 1x
+//	BLOOMGATE_FEED_RATE=10000 BLOOMGATE_FEED_WRITERS=64 go test ./source/postgres -run XXX -bench FeedLag -benchtime 1x
 func BenchmarkFeedLag(b *testing.B) {
 	rate, seconds := envInt(b, "BLOOMGATE_FEED_RATE", 1000), envInt(b, "BLOOMGATE_FEED_SECONDS", 5)
 	fx := newFeedFixture(b, "")
@@ -45,10 +46,23 @@ func BenchmarkFeedLag(b *testing.B) {
 			return f.Confirm(sctx, t.End)
 		})
 	}()
+	// Writers get a pool of their own, a connection each: single-row
+	// commits wait for their WAL flush, so the rate needs many in flight
+	// (group commit).
+	writers := envInt(b, "BLOOMGATE_FEED_WRITERS", 8)
+	pcfg, err := pgxpool.ParseConfig(fx.pool.Config().ConnString())
+	if err != nil {
+		b.Fatal(err)
+	}
+	pcfg.MaxConns = int32(writers)
+	wpool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer wpool.Close()
 	var sent int
 	for b.Loop() {
 		// Writers share the rate; each sends at its own fixed interval.
-		const writers = 8
 		interval := time.Duration(writers) * time.Second / time.Duration(rate)
 		deadline := time.Now().Add(time.Duration(seconds) * time.Second)
 		var wg sync.WaitGroup
@@ -62,7 +76,7 @@ func BenchmarkFeedLag(b *testing.B) {
 					}
 					next = next.Add(interval)
 					key := fmt.Sprintf("lag-%d-%d-%d", w, i, time.Now().UnixNano())
-					if _, err := fx.pool.Exec(ctx, "INSERT INTO "+fx.table+" (email) VALUES ($1)", key); err != nil {
+					if _, err := wpool.Exec(ctx, "INSERT INTO "+fx.table+" (email) VALUES ($1)", key); err != nil {
 						b.Error(err)
 						return
 					}
