@@ -189,8 +189,8 @@ func writeUntilKilled(t *testing.T, addr string, srv *server) map[string][]strin
 	var once sync.Once
 	kill := func() {
 		once.Do(func() {
+			close(killed) // first: a writer that sees the connection drop must know why
 			srv.cmd.Process.Signal(syscall.SIGKILL)
-			close(killed)
 		})
 	}
 	var wg sync.WaitGroup
