@@ -28,28 +28,19 @@ const hashGroup = 32
 // It is faster per key than MayContain when the filter is larger than the CPU
 // caches, because it overlaps the cache misses of many keys.
 func (f *Bloom) MayContainMany(keys [][]byte, out []bool) int {
-	out = out[:len(keys)]
-	var ring [2][hashGroup]uint64
-	n, prev, g := 0, 0, 0
-	var prevOut []bool
-	for len(keys) > 0 || prev > 0 {
-		c := min(len(keys), hashGroup)
-		hs := ring[g][:c]
-		for i, k := range keys[:c] {
-			hs[i] = Hash(k, f.seed)
-		}
-		f.prefetch(hs)
-		n += f.probeAll(ring[g^1][:prev], prevOut)
-		prev, prevOut, g = c, out[:c], g^1
-		keys, out = keys[c:], out[c:]
-	}
-	return n
+	return mayContainKeys(f, keys, out, Hash)
 }
 
 // MayContainStrings is MayContainMany for string keys: out[i] reports whether
 // keys[i] may be in the filter, as MayContainString(keys[i]) would. It returns
 // how many may be, panics if len(out) < len(keys), and does not allocate.
 func (f *Bloom) MayContainStrings(keys []string, out []bool) int {
+	return mayContainKeys(f, keys, out, HashString)
+}
+
+// mayContainKeys hashes keys a group at a time, prefetches the group's
+// blocks, and probes the group before while those loads are in flight.
+func mayContainKeys[K string | []byte](f *Bloom, keys []K, out []bool, hash func(K, uint64) uint64) int {
 	out = out[:len(keys)]
 	var ring [2][hashGroup]uint64
 	n, prev, g := 0, 0, 0
@@ -58,7 +49,7 @@ func (f *Bloom) MayContainStrings(keys []string, out []bool) int {
 		c := min(len(keys), hashGroup)
 		hs := ring[g][:c]
 		for i, k := range keys[:c] {
-			hs[i] = HashString(k, f.seed)
+			hs[i] = hash(k, f.seed)
 		}
 		f.prefetch(hs)
 		n += f.probeAll(ring[g^1][:prev], prevOut)
