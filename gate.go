@@ -135,7 +135,8 @@ type Config struct {
 	Now func() time.Time
 	// Audit, if set, is the self-audit: it reports whether the table holds
 	// a row with the (normalised) key, like a confirm query. In the
-	// background the gate offers it a sample of its "absent" answers, at
+	// background the gate offers it a sample of the "absent" answers of
+	// single-key lookups (MayContain, MayContainString, Lookup), at
 	// most AuditPerSecond a second (lookups never wait for it). A row found
 	// that the filter still answers absent for is a false negative: it is
 	// counted (Stats.AuditFalseNegatives), its key's hash is logged, and the
