@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"os"
@@ -79,7 +80,7 @@ func writeSnapshot(w io.Writer, identity string, pos changefeed.Position, f Filt
 // filter's memory (0: package filter's default).
 func readSnapshot(r io.Reader, identity string, maxBytes uint64) (Filter, changefeed.Position, error) {
 	crc := crc32.New(castagnoli)
-	tr := io.TeeReader(r, crc)
+	tr := &crcReader{r: r, crc: crc}
 	var hdr [len(snapshotMagic) + 2 + 8 + 2]byte
 	if _, err := io.ReadFull(tr, hdr[:]); err != nil {
 		return nil, 0, fmt.Errorf("%w: header: %v", ErrSnapshotCorrupt, err)
@@ -121,6 +122,43 @@ func readSnapshot(r io.Reader, identity string, maxBytes uint64) (Filter, change
 	}
 	return f, pos, nil
 }
+
+// crcReader checksums what it reads, and reports the bytes left when the
+// reader under it does: the filter decoder then allocates the table at once
+// rather than growing it as it reads.
+type crcReader struct {
+	r   io.Reader
+	crc hash.Hash32
+}
+
+func (c *crcReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.crc.Write(p[:n])
+	return n, err
+}
+
+// Len implements the decoder's optional interface{ Len() int }; -1 when
+// unknown.
+func (c *crcReader) Len() int {
+	if l, ok := c.r.(interface{ Len() int }); ok {
+		return l.Len()
+	}
+	return -1
+}
+
+// lenReader counts down the bytes left in a file of known size.
+type lenReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (l *lenReader) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
+}
+
+func (l *lenReader) Len() int { return int(max(l.left, 0)) }
 
 // SnapshotStore keeps a gate's snapshots: a filter and the change-feed
 // position it reflects.
@@ -204,7 +242,11 @@ func (d *DirStore) Load(ctx context.Context, try func(r io.Reader) error) error 
 			errs = append(errs, err)
 			continue
 		}
-		err = try(bufio.NewReaderSize(f, 1<<16))
+		var size int64
+		if fi, serr := f.Stat(); serr == nil {
+			size = fi.Size()
+		}
+		err = try(&lenReader{r: bufio.NewReaderSize(f, 1<<16), left: size})
 		f.Close()
 		if err == nil {
 			return nil
