@@ -210,5 +210,26 @@ func (ss *snapshots) tryOne(ctx context.Context, r record, try func(io.Reader) e
 		return err
 	}
 	defer res.Close()
-	return try(bufio.NewReaderSize(res, 1<<17))
+	var size int64
+	if info, err := res.Info(); err == nil {
+		size = int64(info.Size)
+	}
+	return try(&sizedReader{r: bufio.NewReaderSize(res, 1<<17), left: size})
 }
+
+// sizedReader reports the bytes left of an object of known size, so the
+// snapshot decoder allocates the filter's table at once instead of growing
+// it as it reads.
+type sizedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (s *sizedReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	s.left -= int64(n)
+	return n, err
+}
+
+// Len reports the bytes not yet read.
+func (s *sizedReader) Len() int { return int(max(s.left, 0)) }
