@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 
-	"sync"
 	"time"
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/fanout"
 )
 
 // Instance errors.
@@ -73,9 +73,7 @@ type Instance struct {
 	s   *Set
 	cfg InstanceConfig
 
-	mu       sync.Mutex
-	headRev  uint64
-	headSeen time.Time // when headRev was first seen
+	head fanout.HeadWatch[uint64]
 }
 
 var _ bloomgate.Feed = (*Instance)(nil)
@@ -128,16 +126,7 @@ func (in *Instance) Head(ctx context.Context) (changefeed.Position, error) {
 	if err != nil {
 		return 0, err
 	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	now := time.Now()
-	if rev != in.headRev {
-		in.headRev, in.headSeen = rev, now
-	}
-	if age := now.Sub(in.headSeen); age > in.cfg.HeadTimeout {
-		return 0, fmt.Errorf("%w: unchanged for %v", ErrStaleHead, age.Round(time.Millisecond))
-	}
-	return pos, nil
+	return in.head.Check(pos, rev, in.cfg.HeadTimeout, ErrStaleHead)
 }
 
 // Confirm does nothing: the stream keeps messages for Config.MaxAge.

@@ -90,22 +90,10 @@ type Set struct {
 	starts  startCache
 }
 
-func validSet(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 // Open creates the set's stream, buckets and object store, or updates them
 // to cfg, and returns the Set.
 func Open(ctx context.Context, cfg Config) (*Set, error) {
-	if cfg.JetStream == nil || !validSet(cfg.Set) {
+	if cfg.JetStream == nil || !fanout.ValidSet(cfg.Set) {
 		return nil, fmt.Errorf("%w: JetStream is required and Set must be 1-64 of A-Z a-z 0-9 _ -, got %q", ErrInvalidConfig, cfg.Set)
 	}
 	if cfg.Replicas < 0 || cfg.MaxAge < 0 || cfg.Duplicates < 0 || cfg.LeaseTTL < 0 {

@@ -8,13 +8,13 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/fanout"
 )
 
 // Instance errors.
@@ -54,9 +54,7 @@ type Instance struct {
 	s   *Set
 	cfg InstanceConfig
 
-	mu       sync.Mutex
-	headVal  string
-	headSeen time.Time
+	head fanout.HeadWatch[string]
 }
 
 var _ bloomgate.Feed = (*Instance)(nil)
@@ -98,16 +96,7 @@ func (in *Instance) Head(ctx context.Context) (changefeed.Position, error) {
 	if err != nil {
 		return 0, err
 	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	now := time.Now()
-	if val != in.headVal {
-		in.headVal, in.headSeen = val, now
-	}
-	if age := now.Sub(in.headSeen); age > in.cfg.HeadTimeout {
-		return 0, fmt.Errorf("%w: unchanged for %v", ErrStaleHead, age.Round(time.Millisecond))
-	}
-	return pos, nil
+	return in.head.Check(pos, val, in.cfg.HeadTimeout, ErrStaleHead)
 }
 
 // Confirm does nothing: the stream keeps Config.MaxLen entries.

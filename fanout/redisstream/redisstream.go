@@ -104,21 +104,9 @@ type Set struct {
 	prefix                                string
 }
 
-func validSet(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 // Open checks cfg and that the server answers, and returns the Set.
 func Open(ctx context.Context, cfg Config) (*Set, error) {
-	if cfg.Client == nil || !validSet(cfg.Set) {
+	if cfg.Client == nil || !fanout.ValidSet(cfg.Set) {
 		return nil, fmt.Errorf("%w: Client is required and Set must be 1-64 of A-Z a-z 0-9 _ -, got %q", ErrInvalidConfig, cfg.Set)
 	}
 	if cfg.MaxLen < 0 || cfg.LeaseTTL < 0 || cfg.WaitReplicas < 0 || cfg.WaitTimeout < 0 || cfg.ChunkSize < 0 {
