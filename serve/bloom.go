@@ -31,18 +31,10 @@ type BloomParams struct {
 // maxBloomExpansion is the largest expansion filter.Scalable supports.
 const maxBloomExpansion = 64
 
-func (p BloomParams) withDefaults() BloomParams {
-	if p.Capacity == 0 {
-		p.Capacity = 100
-	}
-	if p.ErrorRate == 0 {
-		p.ErrorRate = 0.01
-	}
-	if p.Expansion == 0 && !p.NonScaling {
-		p.Expansion = 2
-	}
-	return p
-}
+// defaultBloomParams are RedisBloom's auto-create defaults.
+var defaultBloomParams = BloomParams{Capacity: 100, ErrorRate: 0.01, Expansion: 2}
+
+func (p BloomParams) withDefaults() BloomParams { return p.merge(defaultBloomParams) }
 
 // merge fills the zero fields of p from d.
 func (p BloomParams) merge(d BloomParams) BloomParams {

@@ -30,21 +30,10 @@ type CuckooParams struct {
 // sub-filter one more fingerprint bit, and 20 keep them within 32 bits.
 const maxCuckooFilters = 20
 
-func (p CuckooParams) withDefaults() CuckooParams {
-	if p.BucketSize == 0 {
-		p.BucketSize = 2
-	}
-	if p.Capacity == 0 {
-		p.Capacity = 1024
-	}
-	if p.MaxIterations == 0 {
-		p.MaxIterations = 20
-	}
-	if p.Expansion == 0 && !p.NoExpansion {
-		p.Expansion = 1
-	}
-	return p
-}
+// defaultCuckooParams are RedisBloom's auto-create defaults.
+var defaultCuckooParams = CuckooParams{BucketSize: 2, Capacity: 1024, MaxIterations: 20, Expansion: 1}
+
+func (p CuckooParams) withDefaults() CuckooParams { return p.merge(defaultCuckooParams) }
 
 func (p CuckooParams) merge(d CuckooParams) CuckooParams {
 	if p.BucketSize == 0 {
