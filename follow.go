@@ -265,7 +265,7 @@ func (fl *follower) publishLocked(f Filter) {
 		nv.state, nv.reason = StateDegraded, feedReason+"catching up"
 	}
 	g.publishLocked(nv)
-	g.unhonoured = 0
+	g.unapplied = 0
 	fl.unknown = 0
 }
 
