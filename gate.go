@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // Sentinel errors.
@@ -161,14 +162,14 @@ func (c *Config) fill() error {
 	if c.Source == nil {
 		return fmt.Errorf("%w: Source is required", ErrInvalidConfig)
 	}
-	setDefault(&c.FPRate, DefaultFPRate)
-	setDefault(&c.Headroom, DefaultHeadroom)
-	setDefault(&c.MaxKeyLen, DefaultMaxKeyLen)
-	setDefault(&c.CheckInterval, DefaultCheckInterval)
-	setDefault(&c.OverfillFactor, DefaultOverfillFactor)
-	setDefault(&c.RemoveRebuildRatio, DefaultRemoveRebuildRatio)
-	setDefault(&c.RebuildOverlap, DefaultRebuildOverlap)
-	setDefault(&c.AuditPerSecond, 1)
+	defaults.Set(&c.FPRate, DefaultFPRate)
+	defaults.Set(&c.Headroom, DefaultHeadroom)
+	defaults.Set(&c.MaxKeyLen, DefaultMaxKeyLen)
+	defaults.Set(&c.CheckInterval, DefaultCheckInterval)
+	defaults.Set(&c.OverfillFactor, DefaultOverfillFactor)
+	defaults.Set(&c.RemoveRebuildRatio, DefaultRemoveRebuildRatio)
+	defaults.Set(&c.RebuildOverlap, DefaultRebuildOverlap)
+	defaults.Set(&c.AuditPerSecond, 1)
 	if c.NewFilter == nil {
 		c.NewFilter = NewBloom
 	}
@@ -196,13 +197,6 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
-}
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
 }
 
 // view is what readers see, published atomically as one unit.
