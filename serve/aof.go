@@ -64,16 +64,17 @@ type appendLog struct {
 	dir string
 	fs  logFS
 
-	mu       sync.Mutex
-	f        logFile
-	seg      uint64
-	nextLSN  uint64
-	written  int64 // bytes written to all segments since start
-	segStart int64 // written when the current segment began
-	buf      []byte
-	torn     bool  // a failed write left part of a record: cut it off first
-	failed   error // a failed fsync: records refused until a snapshot (see recovered)
-	failSeg  uint64
+	mu        sync.Mutex
+	f         logFile
+	seg       uint64
+	nextLSN   uint64
+	written   int64 // bytes written to all segments since start
+	segStart  int64 // written when the current segment began
+	buf       []byte
+	torn      bool  // a failed write left part of a record: cut it off first
+	needMagic bool  // the segment header is still to be written
+	failed    error // a failed fsync: records refused until a snapshot (see recovered)
+	failSeg   uint64
 
 	syncMu sync.Mutex
 	synced atomic.Int64
@@ -121,27 +122,47 @@ func openLog(dir string, fs logFS, seg, nextLSN uint64) (*appendLog, error) {
 	return l, nil
 }
 
-// openSegment creates segment seg with its header and makes it durable.
+// openSegment creates segment seg and makes it durable. When its header
+// cannot be written (a full disk), the segment stays empty and the first
+// record writes the header before itself: a server starts, and serves reads,
+// on a full disk.
 func (l *appendLog) openSegment(seg uint64) error {
 	path := filepath.Join(l.dir, segmentName(seg))
 	f, err := l.fs.create(path)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write([]byte(segmentMagic)); err == nil {
-		err = f.Sync()
-	}
-	if err == nil {
-		err = atomicfile.SyncDir(l.dir)
-	}
-	if err != nil {
+	if err := atomicfile.SyncDir(l.dir); err != nil {
 		f.Close()
 		os.Remove(path)
 		return err
 	}
+	l.f, l.seg, l.segStart = f, seg, l.written
+	l.torn, l.needMagic = false, true
+	if l.writeMagic() == nil {
+		l.synced.Store(l.written)
+	}
+	return nil
+}
+
+// writeMagic writes the segment header if it is still missing. Call with mu
+// held (or before the log is shared).
+func (l *appendLog) writeMagic() error {
+	if !l.needMagic {
+		return nil
+	}
+	n, err := l.f.Write([]byte(segmentMagic))
+	if err == nil {
+		err = l.f.Sync()
+	}
+	if err != nil {
+		if n > 0 {
+			l.torn = l.f.Truncate(0) != nil
+		}
+		return fmt.Errorf("%w: writing the segment header: %w", ErrLogWrite, err)
+	}
+	l.needMagic = false
 	l.written += int64(len(segmentMagic))
-	l.synced.Store(l.written)
-	l.f, l.seg, l.segStart = f, seg, l.written-int64(len(segmentMagic))
 	return nil
 }
 
@@ -158,6 +179,9 @@ func (l *appendLog) append(r *record) (int64, error) {
 			return 0, fmt.Errorf("%w: cutting off a partly written record: %w", ErrLogWrite, err)
 		}
 		l.torn = false
+	}
+	if err := l.writeMagic(); err != nil {
+		return 0, err
 	}
 	r.lsn = l.nextLSN
 	l.buf = r.appendFrame(l.buf[:0])
@@ -252,11 +276,19 @@ func (l *appendLog) rotate() (uint64, uint64, error) {
 		}
 		l.synced.Store(l.written)
 	}
-	old := l.f
+	old, oldTorn, oldMagic := l.f, l.torn, l.needMagic
+	if l.torn {
+		if old.Truncate(l.written-l.segStart) == nil {
+			oldTorn = false
+		}
+	}
+	if oldTorn {
+		return 0, 0, fmt.Errorf("%w: a partly written record could not be cut off", ErrLogWrite)
+	}
 	if err := l.openSegment(l.seg + 1); err != nil {
+		l.f, l.torn, l.needMagic = old, oldTorn, oldMagic
 		return 0, 0, fmt.Errorf("%w: starting a new segment: %w", ErrLogWrite, err)
 	}
-	l.torn = false
 	old.Close()
 	return l.seg, l.nextLSN, nil
 }
