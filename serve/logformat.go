@@ -5,8 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
+
+	"github.com/bloomgate/bloomgate/internal/crc32c"
 )
 
 // Log segment format. A segment starts with the 8 bytes "BGLOG002", then
@@ -96,7 +97,7 @@ func frameHeader(hdr []byte, rem, maxRecord int64, legacy bool) (n int64, end se
 	if rem < hlen {
 		return 0, endTorn, fmt.Sprintf("%d bytes left, less than a record header", rem)
 	}
-	if !legacy && binary.LittleEndian.Uint32(hdr[12:]) != crc32.Checksum(hdr[:12], castagnoli) {
+	if !legacy && binary.LittleEndian.Uint32(hdr[12:]) != crc32c.Checksum(hdr[:12]) {
 		return 0, endDamaged, "record header checksum mismatch"
 	}
 	un := binary.LittleEndian.Uint64(hdr)
@@ -160,7 +161,7 @@ func readSegment(r io.Reader, size, maxRecord int64, fn func(*record) error) (se
 		if _, err := io.ReadFull(br, payload); err != nil {
 			return sc, fmt.Errorf("reading at offset %d: %w", off, err)
 		}
-		if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(h[8:]) {
+		if crc32c.Checksum(payload) != binary.LittleEndian.Uint32(h[8:]) {
 			sc.end, sc.reason = endDamaged, "payload checksum mismatch"
 			return sc, nil
 		}
@@ -210,7 +211,7 @@ func restIsZero(r io.Reader) (bool, error) {
 func nextGoodRecord(data []byte, from, maxRecord int64) int64 {
 	for off := from; off+recordHeaderLen <= int64(len(data)); off++ {
 		hdr := data[off : off+recordHeaderLen]
-		if binary.LittleEndian.Uint32(hdr[12:]) != crc32.Checksum(hdr[:12], castagnoli) {
+		if binary.LittleEndian.Uint32(hdr[12:]) != crc32c.Checksum(hdr[:12]) {
 			continue
 		}
 		n := binary.LittleEndian.Uint64(hdr)
@@ -218,7 +219,7 @@ func nextGoodRecord(data []byte, from, maxRecord int64) int64 {
 			continue
 		}
 		payload := data[off+recordHeaderLen : off+recordHeaderLen+int64(n)]
-		if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(hdr[8:]) {
+		if crc32c.Checksum(payload) != binary.LittleEndian.Uint32(hdr[8:]) {
 			continue
 		}
 		if _, err := decodePayload(payload); err != nil {

@@ -5,10 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"math"
 
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/crc32c"
 )
 
 // Log records and snapshot entries share one encoding, little-endian:
@@ -58,8 +58,6 @@ const recordHeaderLen = 16
 // errBadRecord reports a record that does not decode.
 var errBadRecord = errors.New("serve: malformed record")
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 type record struct {
 	lsn    uint64
 	op     byte
@@ -78,8 +76,8 @@ func (r *record) appendFrame(dst []byte) []byte {
 	dst = r.appendPayload(dst)
 	payload := dst[start+recordHeaderLen:]
 	binary.LittleEndian.PutUint64(dst[start:], uint64(len(payload)))
-	binary.LittleEndian.PutUint32(dst[start+8:], crc32.Checksum(payload, castagnoli))
-	binary.LittleEndian.PutUint32(dst[start+12:], crc32.Checksum(dst[start:start+12], castagnoli))
+	binary.LittleEndian.PutUint32(dst[start+8:], crc32c.Checksum(payload))
+	binary.LittleEndian.PutUint32(dst[start+12:], crc32c.Checksum(dst[start:start+12]))
 	return dst
 }
 
