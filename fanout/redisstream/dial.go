@@ -21,6 +21,9 @@ func Dial(ctx context.Context, url string, timeout time.Duration) (redis.Univers
 		return nil, fmt.Errorf("redisstream: %w", err)
 	}
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = timeout, timeout, timeout
+	// One dial per attempt: a refused connection is reported as such, not
+	// as a deadline after the pool's own retries.
+	opts.DialerRetries = 1
 	c := redis.NewClient(opts)
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -171,7 +171,7 @@ func openFeed(ctx context.Context, d setDecl, timeout time.Duration, log *slog.L
 
 // timeoutHint turns a deadline error into one that says which bound hit.
 func timeoutHint(err error, ctx context.Context, timeout time.Duration) error {
-	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("no answer within %v (connect-timeout): %w", timeout, err)
 	}
 	return err
