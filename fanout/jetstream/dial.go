@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // DialConfig says how to reach a NATS cluster, with the credentials and TLS
@@ -44,8 +46,8 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 	if len(cfg.URLs) == 0 {
 		return nil, fmt.Errorf("%w: DialConfig.URLs is required", ErrInvalidConfig)
 	}
-	setDefault(&cfg.Timeout, 5*time.Second)
-	setDefault(&cfg.Name, "bloomgate")
+	defaults.Set(&cfg.Timeout, 5*time.Second)
+	defaults.Set(&cfg.Name, "bloomgate")
 	opts := []nats.Option{
 		nats.Name(cfg.Name),
 		nats.Timeout(cfg.Timeout),

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // Dial returns a client for a Redis URL (redis://[user:password@]host:port/db,
@@ -15,7 +17,7 @@ import (
 // timeouts of later commands are timeout as well; a blocking read the
 // adapter makes adds its own block time.
 func Dial(ctx context.Context, url string, timeout time.Duration) (redis.UniversalClient, error) {
-	setDefault(&timeout, 5*time.Second)
+	defaults.Set(&timeout, 5*time.Second)
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: %w", err)

@@ -72,6 +72,21 @@ func TestDocsConfig(t *testing.T) {
 	if blocks < 3 {
 		t.Errorf("docs/serve.md has %d config examples (```conf blocks), want at least 3", blocks)
 	}
+	// The first, in the config file section, is the one users copy.
+	_, rest, ok := strings.Cut(string(doc), "## Config file")
+	if !ok {
+		t.Fatal("docs/serve.md has no config file section")
+	}
+	_, rest, _ = strings.Cut(rest, "```conf\n")
+	block, _, _ := strings.Cut(rest, "```")
+	f, err := parseServeFile(strings.NewReader(block))
+	if err != nil {
+		t.Fatalf("docs/serve.md config: %v", err)
+	}
+	if f.Password != "s3cret" || f.Fsync != "everysec" || len(f.Sets) != 1 || f.Sets[0].Postgres == "" || !f.Sets[0].Follow ||
+		f.Sets[0].Confirm != "SELECT 1 FROM users WHERE email = lower(trim($1))" || f.Sets[0].Table != "users" || f.Sets[0].Column != "email" {
+		t.Errorf("docs/serve.md config parsed as %+v", f)
+	}
 }
 
 func TestParseServeFileErrors(t *testing.T) {

@@ -118,13 +118,17 @@ func NATS(t testing.TB) string {
 	return u
 }
 
-// Main runs the tests and then stops the private servers this test binary
-// started, and exits with the tests' code. Use it as
+// Main runs the tests, then the after functions, then stops the private
+// servers this test binary started, and exits with the tests' code. Use it
+// as
 //
 //	func TestMain(m *testing.M) { testsvc.Main(m) }
-func Main(m *testing.M) {
+func Main(m *testing.M, after ...func()) {
 	mainActive.Store(true)
 	code := m.Run()
+	for _, f := range after {
+		f()
+	}
 	stopShared()
 	os.Exit(code)
 }
