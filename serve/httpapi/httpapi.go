@@ -25,6 +25,9 @@
 // {"error":{"code":C,"message":M}} with a stable code (see serve.Error; plus
 // "bad_request", "unauthorized", "method_not_allowed"). With a Token, every
 // route but /healthz and /readyz needs "Authorization: Bearer <token>".
+//
+// The http.Handler that Handler returns is safe for concurrent use.
+// docs/serve.md is the server's manual.
 package httpapi
 
 import (

@@ -7,6 +7,9 @@
 // Config and answers a malformed request with "-ERR Protocol error: …"
 // before closing that connection only. Each connection runs in one
 // goroutine; replies to pipelined commands are flushed once per batch.
+//
+// A Server is safe for concurrent use. docs/serve.md lists every command and
+// where it differs from RedisBloom.
 package resp
 
 import (
