@@ -209,9 +209,10 @@ func setDefault[T comparable](v *T, def T) {
 type view struct {
 	state  State
 	reason string
-	f      Filter  // nil while warming
-	rm     Remover // f, if it can remove
-	seed   uint64  // f's hash seed
+	f      Filter        // nil while warming
+	bloom  *filter.Bloom // f, if it is a Bloom: looked up without an interface call
+	rm     Remover       // f, if it can remove
+	seed   uint64        // f's hash seed
 	// followed: a change feed keeps f in step (Follow), so f answers only
 	// while the feed's lag was checked recently enough (Gate.freshUntil).
 	followed bool
@@ -268,7 +269,7 @@ func New(cfg Config) (*Gate, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	g := &Gate{cfg: cfg, seed: rand.Uint64(), journal: newJournal(cfg.RebuildOverlap), m: &metrics{}}
+	g := &Gate{cfg: cfg, seed: rand.Uint64(), journal: newJournal(cfg.RebuildOverlap), m: &metrics{lookups: newLookupCounts()}}
 	g.view.Store(&view{state: StateWarming, reason: "not warmed yet"})
 	if cfg.Audit != nil {
 		g.auditCh, g.auditStop = make(chan []byte, 16), make(chan struct{})
@@ -325,26 +326,50 @@ func (g *Gate) MayContainString(key string) bool {
 }
 
 // mayContain also reports whether the answer came from an authoritative
-// filter (false: failed open).
+// filter (false: failed open). With the Exact normaliser it costs what the
+// filter's own MayContain costs, plus a pointer load, two comparisons and a
+// per-P counter (counts.go).
 func (g *Gate) mayContain(key []byte) (present, authoritative bool) {
 	v := g.view.Load()
 	if !g.answers(v) {
 		g.failOpen(v, 1)
 		return true, false
 	}
+	if g.cfg.Normalizer.kind != normExact {
+		return g.mayContainRewritten(v, key)
+	}
+	if len(key) > g.cfg.MaxKeyLen {
+		g.m.failOpenLong.Add(1)
+		return true, false
+	}
+	if v.bloom != nil {
+		present = v.bloom.MayContain(key) // hashes like filter.Hash(key, v.seed)
+	} else {
+		present = v.f.MayContainHash(filter.Hash(key, v.seed))
+	}
+	g.count(present, key)
+	return present, true
+}
+
+// mayContainRewritten is mayContain for the normalisers that rewrite keys.
+func (g *Gate) mayContainRewritten(v *view, key []byte) (present, authoritative bool) {
 	var buf [256]byte
 	nk, ok := g.cfg.Normalizer.normalize(&buf, key, g.cfg.MaxKeyLen)
 	if !ok {
 		g.m.failOpenLong.Add(1)
 		return true, false
 	}
-	h := filter.Hash(nk, v.seed)
-	present = v.f.MayContainHash(h)
-	g.m.lookups.add(h, present)
-	if !present && g.auditCh != nil && h%auditEvery == 0 {
+	present = v.f.MayContainHash(filter.Hash(nk, v.seed))
+	g.count(present, nk)
+	return present, true
+}
+
+// count counts a lookup answered from the filter, and offers every
+// auditEvery-th "absent" answer counted on this P to the self-audit.
+func (g *Gate) count(present bool, nk []byte) {
+	if n := g.m.lookups.add(present); !present && g.auditCh != nil && n%auditEvery == 0 {
 		g.offerAudit(nk)
 	}
-	return present, true
 }
 
 // offerAudit hands a copy of an "absent" key to the self-audit, unless it is
@@ -487,6 +512,7 @@ func (g *Gate) publishLocked(nv *view) {
 	if nv.state == StateReady {
 		nv.reason = ""
 	}
+	nv.bloom, _ = nv.f.(*filter.Bloom)
 	old := g.view.Swap(nv)
 	if old.state != nv.state {
 		g.cfg.Logger.Info("bloomgate: state change", "from", old.state, "to", nv.state, "reason", nv.reason)
