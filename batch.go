@@ -43,7 +43,7 @@ func mayContainExact[K string | []byte](g *Gate, keys []K, out []bool, many func
 		end := min(start+lookupBatch, len(keys))
 		ks, o := keys[start:end], out[start:end]
 		v := g.view.Load()
-		if !g.answers(v) {
+		if !v.ready && !g.answers(v) {
 			maybe += g.failOpenBatch(v, o)
 			continue
 		}

@@ -20,9 +20,19 @@ type lookupCounts struct {
 	extra countShard
 }
 
+// countShard counts maybe (n[0]) and absent (n[1]) answers.
 type countShard struct {
-	maybe, absent uint64
-	_             [48]byte // a cache line per shard
+	n [2]uint64
+	_ [48]byte // a cache line per shard
+}
+
+// slot is the index into countShard.n for an answer.
+func slot(present bool) int {
+	i := 1
+	if present {
+		i = 0
+	}
+	return i
 }
 
 func newLookupCounts() *lookupCounts {
@@ -33,10 +43,10 @@ func newLookupCounts() *lookupCounts {
 // atomic loads: the totals are exact once the lookups counted have returned.
 func (c *lookupCounts) sum() (lookups, absent uint64) {
 	for i := range c.shards {
-		m, a := atomic.LoadUint64(&c.shards[i].maybe), atomic.LoadUint64(&c.shards[i].absent)
+		m, a := atomic.LoadUint64(&c.shards[i].n[0]), atomic.LoadUint64(&c.shards[i].n[1])
 		lookups += m + a
 		absent += a
 	}
-	m, a := atomic.LoadUint64(&c.extra.maybe), atomic.LoadUint64(&c.extra.absent)
+	m, a := atomic.LoadUint64(&c.extra.n[0]), atomic.LoadUint64(&c.extra.n[1])
 	return lookups + m + a, absent + a
 }

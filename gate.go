@@ -211,8 +211,13 @@ type view struct {
 	reason string
 	f      Filter        // nil while warming
 	bloom  *filter.Bloom // f, if it is a Bloom: looked up without an interface call
-	rm     Remover       // f, if it can remove
-	seed   uint64        // f's hash seed
+	// ready: authoritative and not followed, so answers(v) holds without
+	// reading the clock; fast: bloom when ready and the gate's normaliser is
+	// Exact, the lookup's fast path. Both set by publishLocked.
+	ready bool
+	fast  *filter.Bloom
+	rm    Remover // f, if it can remove
+	seed  uint64  // f's hash seed
 	// followed: a change feed keeps f in step (Follow), so f answers only
 	// while the feed's lag was checked recently enough (Gate.freshUntil).
 	followed bool
@@ -326,33 +331,29 @@ func (g *Gate) MayContainString(key string) bool {
 }
 
 // mayContain also reports whether the answer came from an authoritative
-// filter (false: failed open). With the Exact normaliser it costs what the
-// filter's own MayContain costs, plus a pointer load, two comparisons and a
-// per-P counter (counts.go).
+// filter (false: failed open). On the fast path (a ready Bloom filter, the
+// Exact normaliser) it costs what the filter's own MayContain costs plus a
+// pointer load, a length check and a per-P counter (counts.go).
 func (g *Gate) mayContain(key []byte) (present, authoritative bool) {
 	v := g.view.Load()
+	if b := v.fast; b != nil && len(key) <= g.cfg.MaxKeyLen {
+		present = b.MayContain(key) // hashes like filter.Hash(key, v.seed)
+		if n := g.m.lookups.add(present); !present && g.auditCh != nil && n%auditEvery == 0 {
+			g.offerAudit(key)
+		}
+		return present, true
+	}
+	return g.mayContainSlow(v, key)
+}
+
+// mayContainSlow is mayContain off the fast path: a gate that is not ready
+// or follows a feed, another filter kind, a normaliser that rewrites keys, a
+// key over MaxKeyLen.
+func (g *Gate) mayContainSlow(v *view, key []byte) (present, authoritative bool) {
 	if !g.answers(v) {
 		g.failOpen(v, 1)
 		return true, false
 	}
-	if g.cfg.Normalizer.kind != normExact {
-		return g.mayContainRewritten(v, key)
-	}
-	if len(key) > g.cfg.MaxKeyLen {
-		g.m.failOpenLong.Add(1)
-		return true, false
-	}
-	if v.bloom != nil {
-		present = v.bloom.MayContain(key) // hashes like filter.Hash(key, v.seed)
-	} else {
-		present = v.f.MayContainHash(filter.Hash(key, v.seed))
-	}
-	g.count(present, key)
-	return present, true
-}
-
-// mayContainRewritten is mayContain for the normalisers that rewrite keys.
-func (g *Gate) mayContainRewritten(v *view, key []byte) (present, authoritative bool) {
 	var buf [256]byte
 	nk, ok := g.cfg.Normalizer.normalize(&buf, key, g.cfg.MaxKeyLen)
 	if !ok {
@@ -360,16 +361,10 @@ func (g *Gate) mayContainRewritten(v *view, key []byte) (present, authoritative 
 		return true, false
 	}
 	present = v.f.MayContainHash(filter.Hash(nk, v.seed))
-	g.count(present, nk)
-	return present, true
-}
-
-// count counts a lookup answered from the filter, and offers every
-// auditEvery-th "absent" answer counted on this P to the self-audit.
-func (g *Gate) count(present bool, nk []byte) {
 	if n := g.m.lookups.add(present); !present && g.auditCh != nil && n%auditEvery == 0 {
 		g.offerAudit(nk)
 	}
+	return present, true
 }
 
 // offerAudit hands a copy of an "absent" key to the self-audit, unless it is
@@ -513,6 +508,11 @@ func (g *Gate) publishLocked(nv *view) {
 		nv.reason = ""
 	}
 	nv.bloom, _ = nv.f.(*filter.Bloom)
+	nv.ready = nv.authoritative() && !nv.followed && nv.f != nil
+	nv.fast = nil
+	if nv.ready && g.cfg.Normalizer.kind == normExact {
+		nv.fast = nv.bloom
+	}
 	old := g.view.Swap(nv)
 	if old.state != nv.state {
 		g.cfg.Logger.Info("bloomgate: state change", "from", old.state, "to", nv.state, "reason", nv.reason)

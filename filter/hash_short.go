@@ -4,11 +4,49 @@ import "math/bits"
 
 // lookupKey hashes key with XXH3-64 under f's seed, exactly as Hash and
 // HashString do, and probes f: it returns the hash and MayContainHash(hash).
+// Keys of up to shortKeyMax bytes are hashed by the code written out here,
+// so for them the lookup is a leaf function: MayContain calls nothing but
+// lookupKey, nothing is spilled around a call, and the lookup costs what the
+// caller-hashed MayContainHash(Hash(key)) costs. Longer keys go through the
+// xxh3 package. TestLookupKeyHash checks every length against it.
 func lookupKey[T string | []byte](f *Bloom, p T) (h uint64, maybe bool) {
-	keys := [1]T{p}
-	var hs [1]uint64
-	hashKeys(keys[:], f.seed, hs[:])
-	return hs[0], f.MayContainHash(hs[0])
+	seed := f.seed
+	switch l := len(p); {
+	case l > shortKeyMax:
+		h = hashLong(p, seed)
+	case l > 16:
+		acc := uint64(l) * xxPrime64_1
+		if l > 32 {
+			if l > 64 {
+				if l > 96 {
+					acc += mulFold64(readLE64(p, 6*8)^(xxKey064_096+seed), readLE64(p, 7*8)^(xxKey064_104-seed))
+					acc += mulFold64(readLE64(p, l-8*8)^(xxKey064_112+seed), readLE64(p, l-7*8)^(xxKey064_120-seed))
+				}
+				acc += mulFold64(readLE64(p, 4*8)^(xxKey064_064+seed), readLE64(p, 5*8)^(xxKey064_072-seed))
+				acc += mulFold64(readLE64(p, l-6*8)^(xxKey064_080+seed), readLE64(p, l-5*8)^(xxKey064_088-seed))
+			}
+			acc += mulFold64(readLE64(p, 2*8)^(xxKey064_032+seed), readLE64(p, 3*8)^(xxKey064_040-seed))
+			acc += mulFold64(readLE64(p, l-4*8)^(xxKey064_048+seed), readLE64(p, l-3*8)^(xxKey064_056-seed))
+		}
+		acc += mulFold64(readLE64(p, 0)^(xxKey064_000+seed), readLE64(p, 8)^(xxKey064_008-seed))
+		acc += mulFold64(readLE64(p, l-2*8)^(xxKey064_016+seed), readLE64(p, l-8)^(xxKey064_024-seed))
+		h = xxh3Avalanche(acc)
+	case l > 8:
+		lo := readLE64(p, 0) ^ (xxKey064_024 ^ xxKey064_032 + seed)
+		hi := readLE64(p, l-8) ^ (xxKey064_040 ^ xxKey064_048 - seed)
+		h = xxh3Avalanche(uint64(l) + bits.ReverseBytes64(lo) + hi + mulFold64(lo, hi))
+	case l > 3:
+		s := seed ^ uint64(bits.ReverseBytes32(uint32(seed)))<<32
+		in := uint64(readLE32(p, l-4)) + uint64(readLE32(p, 0))<<32
+		h = rrmxmx(in^(xxKey064_008^xxKey064_016-s), uint64(l))
+	case l == 0:
+		h = xxhAvalancheSmall(seed ^ xxKey064_056 ^ xxKey064_064)
+	default: // 1 to 3 bytes
+		c1, c2, c3 := uint64(p[0]), uint64(p[l>>1]), uint64(p[l-1])
+		acc := c1<<16 | c2<<24 | c3 | uint64(l)<<8
+		h = xxhAvalancheSmall(acc ^ (uint64(xxKey032_000^xxKey032_004) + seed))
+	}
+	return h, f.MayContainHash(h)
 }
 
 // hashKeys sets hs[i] to the XXH3-64 hash of keys[i] under seed, exactly as

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+
+	"github.com/bloomgate/bloomgate/internal/cputime"
 )
 
 // BenchmarkLimit sets the batched lookup beside what the machine's memory
@@ -20,7 +22,9 @@ import (
 //   - batch-hashed: MayContainHashMany of the same keys' hashes.
 //   - single: MayContain of the same keys, one at a time.
 //
-// One op is one key (one cache line). The ratio batch/floor is how close
+// One op is one key (one cache line); cpu-ns/op is the thread's CPU time per
+// op (internal/cputime), steadier than ns/op on a shared machine. The ratio
+// batch/floor is how close
 // the batched lookup comes to the memory's limit.
 //
 //	go test -run '^$' -bench Limit -count 6 ./filter | tee limit.txt
@@ -55,12 +59,14 @@ func BenchmarkLimit(b *testing.B) {
 			})
 			b.Run(name+"/op=single", func(b *testing.B) {
 				i := 0
+				t := cputime.Start(b)
 				for b.Loop() {
 					f.MayContain(absent[i])
 					if i++; i == len(absent) {
 						i = 0
 					}
 				}
+				t.Stop()
 			})
 		}
 	}
@@ -90,6 +96,7 @@ func limitFilter(b *testing.B, n uint64) *Bloom {
 func benchGroups[T any](b *testing.B, items []T, fn func([]T)) {
 	b.ReportAllocs()
 	i := 0
+	t := cputime.Start(b)
 	for b.Loop() {
 		if i%256 == 0 {
 			fn(items[i : i+256])
@@ -98,6 +105,7 @@ func benchGroups[T any](b *testing.B, items []T, fn func([]T)) {
 			i = 0
 		}
 	}
+	t.Stop()
 }
 
 // floorLoads loads the first word of the block of each hash, hashGroup lines
