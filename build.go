@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 )
 
 const progressEvery = 1 << 16
@@ -134,7 +135,7 @@ func (g *Gate) install(nf Filter, kind string, buffered bool) (time.Time, []jour
 	if g.building {
 		return time.Time{}, nil, ErrBuilding
 	}
-	g.building, g.pendingErr, g.pendingUnhonoured = true, nil, 0
+	g.building, g.pendingErr, g.pendingUnapplied = true, nil, 0
 	if buffered {
 		g.buffering, g.pendingBuf = true, nil
 	} else {
@@ -218,7 +219,7 @@ func (g *Gate) finish(nf Filter, bb *filter.BloomBuilder, kind string, snapshotA
 		}
 		bb.Finish() // published below by the view's atomic store
 	}
-	unhonoured := g.pendingUnhonoured
+	unapplied := g.pendingUnapplied
 	g.endBuildLocked()
 	if serr == nil && g.closed {
 		serr = ErrClosed
@@ -238,14 +239,14 @@ func (g *Gate) finish(nf Filter, bb *filter.BloomBuilder, kind string, snapshotA
 	nv := &view{state: StateReady, f: nf, seed: g.seed, snapshotAt: snapshotAt, builtAt: g.cfg.Now()}
 	nv.rm, _ = nf.(Remover)
 	g.publishLocked(nv)
-	g.unhonoured = unhonoured // removes made during the build never reached nf
+	g.unapplied = unapplied // removes made during the build never reached nf
 	g.m.builds.Add(1)
 	return nil
 }
 
 // endBuildLocked clears a build's state. g.mu is held.
 func (g *Gate) endBuildLocked() {
-	g.building, g.pending, g.pendingErr, g.pendingUnhonoured = false, nil, nil, 0
+	g.building, g.pending, g.pendingErr, g.pendingUnapplied = false, nil, nil, 0
 	g.buffering, g.pendingBuf = false, nil
 }
 
@@ -256,7 +257,7 @@ func (g *Gate) endBuildLocked() {
 // is degraded. It returns ctx's error, ErrClosed once the gate is closed, or
 // ErrFollowing if the gate follows a change feed (see Follow).
 func (g *Gate) Run(ctx context.Context) error {
-	backoff := time.Second
+	retry := backoff.Backoff{Min: time.Second, Max: time.Minute}
 	for {
 		var wait time.Duration
 		if reason := g.rebuildReason(); reason != "" {
@@ -265,20 +266,16 @@ func (g *Gate) Run(ctx context.Context) error {
 				if errors.Is(err, ErrClosed) || errors.Is(err, ErrFollowing) {
 					return err
 				}
-				wait, backoff = backoff, min(2*backoff, time.Minute)
+				wait = retry.Next()
 			} else {
-				backoff = time.Second
+				retry.Reset()
 			}
 		}
 		if wait == 0 {
 			wait = g.cfg.CheckInterval
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := backoff.Sleep(ctx, wait); err != nil {
+			return err
 		}
 	}
 }
@@ -306,7 +303,7 @@ func (g *Gate) rebuildReason() string {
 		return fmt.Sprintf("overfilled: estimated FP %.4g > %g × %g", st.EstimatedFPRate, g.cfg.OverfillFactor, g.cfg.FPRate)
 	}
 	g.mu.Lock()
-	u := g.unhonoured
+	u := g.unapplied
 	g.mu.Unlock()
 	if u > 0 && float64(u) > g.cfg.RemoveRebuildRatio*float64(max(st.Items, 1)) {
 		return fmt.Sprintf("%d removes the filter did not apply", u)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/backoff"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // Feed is a change feed with exact positions, such as PostgreSQL logical
@@ -86,8 +88,8 @@ const feedReason = "change feed: "
 // (schedule, overfill, the degraded state) and when deletes pile up that
 // the filter could not apply.
 func (g *Gate) Follow(ctx context.Context, feed Feed, cfg FollowConfig) error {
-	setDefault(&cfg.SnapshotInterval, DefaultSnapshotInterval)
-	setDefault(&cfg.MaxLag, DefaultMaxLag)
+	defaults.Set(&cfg.SnapshotInterval, DefaultSnapshotInterval)
+	defaults.Set(&cfg.MaxLag, DefaultMaxLag)
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -105,7 +107,7 @@ func (g *Gate) Follow(ctx context.Context, feed Feed, cfg FollowConfig) error {
 		g.mu.Unlock()
 	}()
 	fresh := false
-	backoff := 100 * time.Millisecond
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 30 * time.Second}
 	for {
 		fl := &follower{g: g, feed: feed, cfg: cfg}
 		err := fl.run(ctx, fresh)
@@ -121,16 +123,11 @@ func (g *Gate) Follow(ctx context.Context, feed Feed, cfg FollowConfig) error {
 		fresh = errors.Is(err, changefeed.ErrRebuild)
 		g.cfg.Logger.Warn("bloomgate: change feed failed; failing open and restarting", "err", err, "bootstrap", fresh)
 		g.degradeFeed(fmt.Sprintf("%v", err))
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := retry.Wait(ctx); err != nil {
+			return err
 		}
-		backoff = min(2*backoff, 30*time.Second)
 		if applied > 0 {
-			backoff = 100 * time.Millisecond
+			retry.Reset()
 		}
 	}
 }
@@ -265,7 +262,7 @@ func (fl *follower) publishLocked(f Filter) {
 		nv.state, nv.reason = StateDegraded, feedReason+"catching up"
 	}
 	g.publishLocked(nv)
-	g.unhonoured = 0
+	g.unapplied = 0
 	fl.unknown = 0
 }
 

@@ -18,6 +18,8 @@ import (
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/internal/backoff"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // ErrFenced reports a publish the stream refused because another feeder
@@ -100,9 +102,9 @@ func (s *Set) NewFeeder(cfg FeederConfig) (*Feeder, error) {
 		host, _ := os.Hostname()
 		cfg.ID = fmt.Sprintf("%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())
 	}
-	setDefault(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
-	setDefault(&cfg.MaxBatch, DefaultMaxBatch)
-	setDefault(&cfg.PublishTimeout, DefaultPublishTimeout)
+	defaults.Set(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
+	defaults.Set(&cfg.MaxBatch, DefaultMaxBatch)
+	defaults.Set(&cfg.PublishTimeout, DefaultPublishTimeout)
 	return &Feeder{s: s, cfg: cfg}, nil
 }
 
@@ -157,12 +159,8 @@ func (f *Feeder) acquire(ctx context.Context) (uint64, error) {
 		if !errors.Is(err, js.ErrKeyExists) {
 			f.s.cfg.Logger.Warn("bloomgate: feeder lease", "err", err)
 		}
-		t := time.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, ctx.Err()
-		case <-t.C:
+		if err := backoff.Sleep(ctx, every); err != nil {
+			return 0, err
 		}
 	}
 }
@@ -405,7 +403,7 @@ func (pf *publishingFeed) publish(ctx context.Context, data []byte, prev, end ch
 	m.Data = data
 	m.Header.Set("Bg-Lsn", end.String())
 	m.Header.Set("Bg-Prev-Lsn", prev.String())
-	backoff := 50 * time.Millisecond
+	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for {
 		pctx, cancel := context.WithTimeout(ctx, pf.f.cfg.PublishTimeout)
 		ack, err := s.cfg.JetStream.PublishMsg(pctx, m, js.WithMsgID(strconv.FormatUint(uint64(end), 10)), js.WithExpectLastSequence(seq))
@@ -426,13 +424,8 @@ func (pf *publishingFeed) publish(ctx context.Context, data []byte, prev, end ch
 			return 0, ctx.Err()
 		}
 		s.cfg.Logger.Warn("bloomgate: feeder publish failed, retrying", "end", end, "err", err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, ctx.Err()
-		case <-t.C:
+		if err := retry.Wait(ctx); err != nil {
+			return 0, err
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }

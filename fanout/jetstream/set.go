@@ -39,6 +39,8 @@ import (
 
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/internal/backoff"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // Config names a set and says how its JetStream assets are made. The zero
@@ -99,10 +101,10 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 	if cfg.Replicas < 0 || cfg.MaxAge < 0 || cfg.Duplicates < 0 || cfg.LeaseTTL < 0 {
 		return nil, fmt.Errorf("%w: negative Replicas or duration", ErrInvalidConfig)
 	}
-	setDefault(&cfg.Replicas, DefaultReplicas)
-	setDefault(&cfg.MaxAge, DefaultMaxAge)
-	setDefault(&cfg.Duplicates, DefaultDuplicates)
-	setDefault(&cfg.LeaseTTL, DefaultLeaseTTL)
+	defaults.Set(&cfg.Replicas, DefaultReplicas)
+	defaults.Set(&cfg.MaxAge, DefaultMaxAge)
+	defaults.Set(&cfg.Duplicates, DefaultDuplicates)
+	defaults.Set(&cfg.LeaseTTL, DefaultLeaseTTL)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -154,13 +156,6 @@ func (s *Set) Delete(ctx context.Context) error {
 }
 
 func streamName(set string) string { return "BG_" + set }
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
-}
 
 // startCache maps feed positions to the stream sequence to read next from
 // them, for positions seen recently (snapshot records, message ends), so
@@ -266,7 +261,7 @@ func (s *Set) find(ctx context.Context, pos changefeed.Position) (uint64, error)
 func (s *Set) read(ctx context.Context, start uint64, pos changefeed.Position, until uint64,
 	apply func(t changefeed.Txn, next uint64) error) (changefeed.Position, error) {
 	next := start
-	backoff := 50 * time.Millisecond
+	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for {
 		if until > 0 && next > until {
 			return pos, nil
@@ -280,14 +275,9 @@ func (s *Set) read(ctx context.Context, start uint64, pos changefeed.Position, u
 			return pos, err
 		}
 		s.cfg.Logger.Warn("bloomgate: jetstream consumer failed, recreating", "seq", next, "err", err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return pos, ctx.Err()
-		case <-t.C:
+		if err := retry.Wait(ctx); err != nil {
+			return pos, err
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

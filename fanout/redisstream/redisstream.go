@@ -50,6 +50,8 @@ import (
 
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/internal/backoff"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // Config names a set. The zero value of every field but Client and Set
@@ -112,10 +114,10 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 	if cfg.MaxLen < 0 || cfg.LeaseTTL < 0 || cfg.WaitReplicas < 0 || cfg.WaitTimeout < 0 || cfg.ChunkSize < 0 {
 		return nil, fmt.Errorf("%w: negative field", ErrInvalidConfig)
 	}
-	setDefault(&cfg.MaxLen, DefaultMaxLen)
-	setDefault(&cfg.LeaseTTL, DefaultLeaseTTL)
-	setDefault(&cfg.WaitTimeout, DefaultWaitTimeout)
-	setDefault(&cfg.ChunkSize, DefaultChunkSize)
+	defaults.Set(&cfg.MaxLen, DefaultMaxLen)
+	defaults.Set(&cfg.LeaseTTL, DefaultLeaseTTL)
+	defaults.Set(&cfg.WaitTimeout, DefaultWaitTimeout)
+	defaults.Set(&cfg.ChunkSize, DefaultChunkSize)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -144,13 +146,6 @@ func (s *Set) Delete(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
 }
 
 // entryID is the stream ID of a batch ending at pos.
@@ -185,7 +180,7 @@ func (s *Set) tail(ctx context.Context) (changefeed.Position, error) {
 // history).
 func (s *Set) read(ctx context.Context, pos, until changefeed.Position, apply func(changefeed.Txn) error) (changefeed.Position, error) {
 	last := entryID(pos)
-	backoff := 50 * time.Millisecond
+	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for {
 		if until > 0 && pos >= until {
 			return pos, nil
@@ -199,17 +194,12 @@ func (s *Set) read(ctx context.Context, pos, until changefeed.Position, apply fu
 				return pos, ctx.Err()
 			}
 			s.cfg.Logger.Warn("bloomgate: redis stream read failed, retrying", "err", err)
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return pos, ctx.Err()
-			case <-t.C:
+			if err := retry.Wait(ctx); err != nil {
+				return pos, err
 			}
-			backoff = min(2*backoff, 2*time.Second)
 			continue
 		}
-		backoff = 50 * time.Millisecond
+		retry.Reset()
 		for _, st := range res {
 			for _, m := range st.Messages {
 				d, _ := m.Values["d"].(string)

@@ -45,26 +45,59 @@ func TestParseServeFile(t *testing.T) {
 	}
 }
 
-// TestREADMEConfig parses the config example in the README.
-func TestREADMEConfig(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
+// TestDocsConfig parses the config file examples of docs/serve.md and the
+// README's serve quick start, so the documented syntax stays true.
+func TestDocsConfig(t *testing.T) {
+	for _, tt := range []struct{ file, section string }{
+		{"../../docs/serve.md", "## Config file"},
+		{"../../README.md", "## Quick start: serve"},
+	} {
+		doc, err := os.ReadFile(tt.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, ok := firstPlainBlock(string(doc), tt.section)
+		if !ok {
+			t.Fatalf("%s: no untagged code block under %q", tt.file, tt.section)
+		}
+		f, err := parseServeFile(strings.NewReader(block))
+		if err != nil {
+			t.Fatalf("%s config: %v", tt.file, err)
+		}
+		if f.Password != "s3cret" || len(f.Sets) != 1 || f.Sets[0].Postgres == "" ||
+			f.Sets[0].Confirm != "SELECT 1 FROM users WHERE email = lower(trim($1))" ||
+			(f.Sets[0].Query != "SELECT email FROM users" && (f.Sets[0].Table != "users" || f.Sets[0].Column != "email")) {
+			t.Errorf("%s config parsed as %+v", tt.file, f)
+		}
 	}
-	_, rest, ok := strings.Cut(string(readme), "### Config file")
+}
+
+// firstPlainBlock returns the first fenced code block without an info string
+// ("```" alone) after the heading.
+func firstPlainBlock(doc, heading string) (string, bool) {
+	_, rest, ok := strings.Cut(doc, "\n"+heading+"\n")
 	if !ok {
-		t.Fatal("README has no config file section")
+		return "", false
 	}
-	_, rest, _ = strings.Cut(rest, "```\n")
-	block, _, _ := strings.Cut(rest, "```")
-	f, err := parseServeFile(strings.NewReader(block))
-	if err != nil {
-		t.Fatalf("README config: %v", err)
+	inBlock, plain := false, false
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(rest, "\n") {
+		fence := strings.HasPrefix(line, "```")
+		switch {
+		case fence && !inBlock:
+			inBlock, plain = true, strings.TrimSpace(line) == "```"
+		case fence && inBlock:
+			if plain {
+				return b.String(), true
+			}
+			inBlock = false
+		case inBlock && plain:
+			b.WriteString(line)
+		case !inBlock && strings.HasPrefix(line, "## "):
+			return "", false
+		}
 	}
-	if f.Password != "s3cret" || f.Fsync != "everysec" || len(f.Sets) != 1 || f.Sets[0].Postgres == "" ||
-		f.Sets[0].Confirm != "SELECT 1 FROM users WHERE email = lower(trim($1))" || f.Sets[0].Query != "SELECT email FROM users" {
-		t.Errorf("README config parsed as %+v", f)
-	}
+	return "", false
 }
 
 func TestParseServeFileErrors(t *testing.T) {
