@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/sqlite"
 )
 
@@ -29,11 +30,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
+	testsvc.Main(m, func() {
+		if binDir != "" {
+			os.RemoveAll(binDir)
+		}
+	})
 }
 
 // buildBinary builds the bloomgate command into a temporary directory, once
@@ -296,6 +297,7 @@ data %s
 requirepass pw
 set users {
   sqlite %s
+  follow no
   query SELECT email FROM users
   confirm SELECT 1 FROM users WHERE email = ?
 }
