@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,18 +34,19 @@ type natsCluster struct {
 func startNATSCluster(t *testing.T) *natsCluster {
 	t.Helper()
 	c := &natsCluster{t: t, bin: testsvc.Binary(t, "nats-server"), dir: t.TempDir()}
-	var routes, cluster []string
+	var routes, cluster, monitor []string
 	for range 3 {
 		c.ports = append(c.ports, freeAddr(t))
 		cluster = append(cluster, freeAddr(t))
+		monitor = append(monitor, freeAddr(t))
 	}
 	for _, a := range cluster {
 		routes = append(routes, "nats-route://"+a)
 	}
 	for i := range 3 {
-		conf := fmt.Sprintf("listen: %q\nserver_name: \"n%d\"\njetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 1GB }\n"+
+		conf := fmt.Sprintf("listen: %q\nhttp: %q\nserver_name: \"n%d\"\njetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 1GB }\n"+
 			"cluster { name: \"bg\", listen: %q, routes: [%s] }\n",
-			c.ports[i], i, filepath.Join(c.dir, fmt.Sprint("n", i)), cluster[i], strings.Join(routes, ", "))
+			c.ports[i], monitor[i], i, filepath.Join(c.dir, fmt.Sprint("n", i)), cluster[i], strings.Join(routes, ", "))
 		if err := os.WriteFile(filepath.Join(c.dir, fmt.Sprintf("n%d.conf", i)), []byte(conf), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -56,6 +58,17 @@ func startNATSCluster(t *testing.T) *natsCluster {
 			c.kill(i)
 		}
 	})
+	// Healthy once JetStream has a meta leader.
+	for _, m := range monitor {
+		testsvc.Eventually(t, 30*time.Second, func() bool {
+			resp, err := http.Get("http://" + m + "/healthz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == 200
+		}, "the NATS cluster never became healthy")
+	}
 	return c
 }
 
