@@ -29,7 +29,7 @@ const serveUsage = `usage: bloomgate serve [-config FILE] [-resp ADDR] [-http AD
 Serves filters over the Redis protocol (RedisBloom's BF.* and CF.* commands,
 plus BG.EXISTS) and over HTTP (JSON under /v1, /metrics, /healthz, /readyz).
 With no config file it serves standalone filters; the config file declares
-table-backed sets (see the README's Serve section for its format).
+table-backed sets (docs/serve.md describes its format).
 
 The password also comes from the environment variable BLOOMGATE_PASSWORD.
 Flags override the environment, which overrides the config file. Binding a
