@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/bloomgate/bloomgate/internal/atomicfile"
 )
@@ -115,7 +116,7 @@ func (c *crcReader) Read(p []byte) (int, error) {
 
 // readSnapshot decodes a snapshot of size bytes. Every failure wraps
 // ErrCorruptSnapshot.
-func readSnapshot(r io.Reader, size, maxFilter int64) (uint64, []*object, error) {
+func readSnapshot(r io.Reader, size, maxFilter int64, now func() time.Time) (uint64, []*object, error) {
 	fail := func(format string, args ...any) (uint64, []*object, error) {
 		return 0, nil, fmt.Errorf("%w: %s", ErrCorruptSnapshot, fmt.Sprintf(format, args...))
 	}
@@ -158,7 +159,7 @@ func readSnapshot(r io.Reader, size, maxFilter int64) (uint64, []*object, error)
 		if err != nil || rec.op != opPut || seen[rec.name] {
 			return fail("bad entry %d", len(objs))
 		}
-		o, err := objectFromPut(rec, maxFilter)
+		o, err := objectFromPut(rec, maxFilter, now)
 		if err != nil {
 			return fail("key %q: %v", rec.name, err)
 		}
@@ -227,7 +228,7 @@ func (s *Store) loadSnapshot() (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	nextLSN, objs, err := readSnapshot(f, size, s.cfg.MaxFilterBytes)
+	nextLSN, objs, err := readSnapshot(f, size, s.cfg.MaxFilterBytes, s.cfg.Now)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w; restore it from a backup, or move it away to start from the log alone (which holds only the writes since that snapshot)", path, err)
 	}
@@ -283,7 +284,7 @@ func (s *Store) apply(r *record) error {
 		if o != nil {
 			return nil
 		}
-		o, err := newObject(r.name, r.meta)
+		o, err := newObject(r.name, r.meta, s.cfg.Now)
 		if err != nil {
 			return fmt.Errorf("serve: replay create %q: %w", r.name, err)
 		}
@@ -291,7 +292,7 @@ func (s *Store) apply(r *record) error {
 		s.keys[r.name] = o
 		s.used.Add(o.bytes)
 	case opPut:
-		n, err := objectFromPut(r, s.cfg.MaxFilterBytes)
+		n, err := objectFromPut(r, s.cfg.MaxFilterBytes, s.cfg.Now)
 		if err != nil {
 			return fmt.Errorf("serve: replay restore %q: %w", r.name, err)
 		}
@@ -305,6 +306,13 @@ func (s *Store) apply(r *record) error {
 			delete(s.keys, r.name)
 			s.used.Add(-o.bytes)
 		}
+	case opXAdd:
+		if o == nil || o.wf == nil {
+			return nil
+		}
+		s.replayXAdd(o, r)
+		o.lsn = r.lsn
+		s.remeasure(o)
 	case opAdd, opRemove:
 		if o == nil {
 			return nil

@@ -68,6 +68,10 @@ type Config struct {
 	// and CF.INSERT. Default: RedisBloom's: capacity 1024, bucket size 2,
 	// 20 max iterations, expansion 1.
 	CuckooDefaults CuckooParams
+	// Now is the clock expiring keys (BG.X*) read: an item is remembered
+	// until its expiry by this clock, and generations are dropped by it.
+	// Default: time.Now. Tests inject a fake one.
+	Now func() time.Time
 }
 
 const (
@@ -108,6 +112,8 @@ const (
 	KindBloom  Kind = 1 // a scalable Bloom filter (BF.*)
 	KindCuckoo Kind = 2 // a cuckoo filter (CF.*)
 	KindSet    Kind = 3 // a table-backed set
+	// KindExpiring is a filter whose items expire (BG.X*, filter.Windowed).
+	KindExpiring Kind = 4
 )
 
 // TypeName returns the name TYPE replies with: RedisBloom's module type
@@ -119,6 +125,8 @@ func (k Kind) TypeName() string {
 		return "MBbloom--"
 	case KindCuckoo:
 		return "MBbloomCF"
+	case KindExpiring:
+		return expiringTypeName
 	}
 	return "none"
 }
@@ -131,6 +139,8 @@ func (k Kind) String() string {
 		return "cuckoo"
 	case KindSet:
 		return "set"
+	case KindExpiring:
+		return "expiring"
 	}
 	return "none"
 }
@@ -143,6 +153,11 @@ type object struct {
 	meta meta
 	bf   *filter.Scalable
 	cf   *filter.Cuckoo
+	wf   *filter.Windowed // KindExpiring
+
+	// failOpenUntil (Unix ns) makes an expiring key answer "present" to
+	// every lookup until then: set when replay could not hold an item.
+	failOpenUntil atomic.Int64
 
 	card    atomic.Uint64 // BF: adds that were new; CF: fingerprints inserted
 	deletes atomic.Uint64 // CF: successful deletes
@@ -209,6 +224,7 @@ func Open(cfg Config) (*Store, error) {
 		s.bgDone.Add(1)
 		go s.background()
 	}
+	s.startExpiry()
 	return s, nil
 }
 
@@ -235,6 +251,9 @@ func fillDefaults(cfg *Config) error {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	cfg.BloomDefaults = cfg.BloomDefaults.withDefaults()
 	cfg.CuckooDefaults = cfg.CuckooDefaults.withDefaults()
@@ -474,6 +493,9 @@ func (s *Store) remeasure(o *object) {
 }
 
 func (o *object) subFilters() int {
+	if o.wf != nil {
+		return o.wf.Live()
+	}
 	if o.bf != nil {
 		return o.bf.Filters()
 	}
@@ -481,6 +503,9 @@ func (o *object) subFilters() int {
 }
 
 func (o *object) sizeBytes() int64 {
+	if o.wf != nil {
+		return int64(o.wf.Bytes())
+	}
 	if o.bf != nil {
 		return int64(o.bf.Stats().Bytes)
 	}
@@ -488,6 +513,9 @@ func (o *object) sizeBytes() int64 {
 }
 
 func (o *object) hash(item []byte) uint64 {
+	if o.wf != nil {
+		return o.wf.Hash(item)
+	}
 	if o.bf != nil {
 		return o.bf.Hash(item)
 	}
