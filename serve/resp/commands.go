@@ -68,6 +68,7 @@ func init() {
 		{"cf.loadchunk", 4, true, cmdCFLoadChunk},
 		{"bg.exists", 3, false, cmdBGExists},
 	}
+	list = append(list, expiringCommands...)
 	commandTable = make(map[string]*command, len(list))
 	for _, c := range list {
 		commandTable[c.name] = c
@@ -341,7 +342,7 @@ func cmdCommand(c *conn, args [][]byte) {
 func (c *conn) commandInfo(cmd *command) {
 	first, last := 0, 0
 	switch {
-	case strings.HasPrefix(cmd.name, "bf.") || strings.HasPrefix(cmd.name, "cf.") || cmd.name == "bg.exists" || cmd.name == "type":
+	case strings.HasPrefix(cmd.name, "bf.") || strings.HasPrefix(cmd.name, "cf.") || strings.HasPrefix(cmd.name, "bg.") || cmd.name == "type":
 		first, last = 1, 1
 	case cmd.name == "del" || cmd.name == "unlink" || cmd.name == "exists":
 		first, last = 1, -1
