@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// needClient returns the path of a client program, failing under
+// BLOOMGATE_REQUIRE_SERVICES=1 when it is missing and skipping otherwise.
+func needClient(t *testing.T, name string, check ...string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil && len(check) > 0 {
+		if out, cerr := exec.Command(p, check...).CombinedOutput(); cerr != nil {
+			err = fmt.Errorf("%v: %s", cerr, out)
+		}
+	}
+	if err != nil {
+		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") == "1" {
+			t.Fatalf("%s is required (BLOOMGATE_REQUIRE_SERVICES=1): %v", name, err)
+		}
+		t.Skipf("%s not usable: %v", name, err)
+	}
+	return p
+}
+
+// TestExpiringRedisPy revokes ids with spread expiries through redis-py on
+// the built binary, with the real clock and short TTLs, and checks
+// continuously that no live id is reported absent, that expired ids drop
+// out, and that memory stays flat under churn (churn.py). 1 M ids, 30 s max
+// TTL; 20,000 ids, 8 s max TTL with -short.
+func TestExpiringRedisPy(t *testing.T) {
+	py := needClient(t, "/usr/bin/python3", "-c", "import redis")
+	bin := buildBinary(t)
+	n, maxTTL := "1000000", "30"
+	if testing.Short() {
+		n, maxTTL = "20000", "8"
+	}
+	addr := freeAddr(t)
+	srv := startServe(t, bin, "-resp", addr, "-http", "", "-data", t.TempDir())
+	host, port, _ := net.SplitHostPort(addr)
+	out, err := exec.Command(py, "testdata/expiring/churn.py", host, port, n, maxTTL).CombinedOutput()
+	t.Logf("churn.py:\n%s", out)
+	if err != nil {
+		t.Fatalf("churn.py: %v; server stderr:\n%s", err, srv.stderr)
+	}
+	if rss := vmRSS(srv.cmd.Process.Pid); rss != "" {
+		t.Logf("server resident set after the churn: %s", rss)
+	}
+}
+
+func vmRSS(pid int) string {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// TestExpiringPHPJWT runs the JWT revocation recipe with phpredis on the
+// built binary (jwt.php).
+func TestExpiringPHPJWT(t *testing.T) {
+	php := needClient(t, "php")
+	if out, _ := exec.Command(php, "-m").Output(); !strings.Contains(string(out), "redis") {
+		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") == "1" {
+			t.Fatal("phpredis is required (BLOOMGATE_REQUIRE_SERVICES=1)")
+		}
+		t.Skip("no phpredis")
+	}
+	bin := buildBinary(t)
+	addr := freeAddr(t)
+	srv := startServe(t, bin, "-resp", addr, "-http", "", "-data", t.TempDir())
+	host, port, _ := net.SplitHostPort(addr)
+	out, err := exec.Command(php, "testdata/expiring/jwt.php", host, port).CombinedOutput()
+	t.Logf("jwt.php:\n%s", out)
+	if err != nil {
+		t.Fatalf("jwt.php: %v; server stderr:\n%s", err, srv.stderr)
+	}
+}
+
+// revocation is one acknowledged BG.XADD: the id and its expiry (PXAT).
+type revocation struct {
+	id  string
+	exp time.Time
+}
+
+// TestExpiringKill9 revokes ids with spread expiries, kills the server with
+// SIGKILL mid-load, leaves it down until some expire, restarts it, and
+// checks that every acknowledged revocation still live is present and that
+// those whose window ended during the downtime did not come back.
+func TestExpiringKill9(t *testing.T) {
+	bin := buildBinary(t)
+	for _, policy := range []string{"always", "everysec"} {
+		t.Run(policy, func(t *testing.T) {
+			dir := t.TempDir()
+			addr := freeAddr(t)
+			args := []string{"-resp", addr, "-http", "", "-data", dir, "-appendfsync", policy}
+			if policy == "everysec" {
+				// Snapshots every second during the load: the restart reads
+				// one and the log after it.
+				conf := filepath.Join(dir, "serve.conf")
+				os.WriteFile(conf, []byte("snapshot-interval 1s\n"), 0o644)
+				args = append(args, "-config", conf)
+			}
+			srv := startServe(t, bin, args...)
+			ctx := context.Background()
+			rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+			defer rdb.Close()
+			const maxTTL = 7 * time.Second // windows of one second
+			if err := rdb.Do(ctx, "BG.XRESERVE", "revoked", "0.001", 200000, 7).Err(); err != nil {
+				t.Fatal(err)
+			}
+			acked := revokeUntilKilled(t, addr, srv, maxTTL)
+			if _, err := os.Stat(filepath.Join(dir, "snapshot.bgs")); policy == "everysec" && err != nil {
+				t.Errorf("no snapshot was written during the load: %v", err)
+			}
+			time.Sleep(2500 * time.Millisecond) // down while the shortest expire
+			startServe(t, bin, args...)
+			checkRevocations(t, rdb, acked, time.Second)
+		})
+	}
+}
+
+// revokeUntilKilled runs writers that revoke ids with PXAT expiries spread
+// over 0.5 s .. maxTTL, kills the server once 4000 are acknowledged and 2 s
+// have passed, and returns the acknowledged ones.
+func revokeUntilKilled(t *testing.T, addr string, srv *server, maxTTL time.Duration) []revocation {
+	var mu sync.Mutex
+	var acked []revocation
+	killed := make(chan struct{})
+	var once sync.Once
+	kill := func() {
+		once.Do(func() {
+			close(killed)
+			srv.cmd.Process.Signal(syscall.SIGKILL)
+		})
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+			defer rdb.Close()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for i := 0; ; i++ {
+				id := fmt.Sprintf("jti-%d-%d", w, i)
+				exp := time.Now().Add(500*time.Millisecond + time.Duration(rng.Int64N(int64(maxTTL-time.Second))))
+				exp = exp.Truncate(time.Millisecond)
+				if err := rdb.Do(context.Background(), "BG.XADD", "revoked", id, "PXAT", exp.UnixMilli()).Err(); err != nil {
+					select {
+					case <-killed:
+						return
+					default:
+						t.Errorf("revocation before the kill failed: %v", err)
+						kill()
+						return
+					}
+				}
+				mu.Lock()
+				acked = append(acked, revocation{id, exp})
+				if len(acked) >= 4000 && time.Since(start) > 2*time.Second {
+					kill()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	srv.wait()
+	return acked
+}
+
+// checkRevocations looks every acknowledged revocation up: one whose expiry
+// is still ahead must be present; of those whose window (window after the
+// expiry) has ended, at most 2 % may be (false positives are 0.1 %).
+func checkRevocations(t *testing.T, rdb *redis.Client, acked []revocation, window time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	args := []any{"BG.XMEXISTS", "revoked"}
+	for _, r := range acked {
+		args = append(args, r.id)
+	}
+	now := time.Now()
+	got, err := rdb.Do(ctx, args...).BoolSlice()
+	done := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, lost, stale, back := 0, 0, 0, 0
+	for i, r := range acked {
+		switch {
+		case r.exp.After(done):
+			live++
+			if !got[i] {
+				lost++
+				if lost < 5 {
+					t.Errorf("acknowledged revocation %s (expires in %v) lost", r.id, r.exp.Sub(done))
+				}
+			}
+		case r.exp.Add(window).Before(now):
+			stale++
+			if got[i] {
+				back++
+			}
+		}
+	}
+	t.Logf("%d acknowledged: %d live, %d lost; %d a window past their expiry, %d of them present", len(acked), live, lost, stale, back)
+	if live == 0 || stale == 0 {
+		t.Fatalf("the test checked nothing: %d live, %d expired", live, stale)
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d live acknowledged revocations lost", lost, live)
+	}
+	if back > stale/50+2 {
+		t.Fatalf("%d of %d expired revocations came back after the restart", back, stale)
+	}
+}
