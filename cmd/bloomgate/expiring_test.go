@@ -71,6 +71,21 @@ func vmRSS(pid int) string {
 	return ""
 }
 
+// TestExpiringPythonJWT runs the JWT revocation recipe with redis-py on the
+// built binary (jwt.py).
+func TestExpiringPythonJWT(t *testing.T) {
+	py := needClient(t, "/usr/bin/python3", "-c", "import redis")
+	bin := buildBinary(t)
+	addr := freeAddr(t)
+	srv := startServe(t, bin, "-resp", addr, "-http", "", "-data", t.TempDir())
+	host, port, _ := net.SplitHostPort(addr)
+	out, err := exec.Command(py, "testdata/expiring/jwt.py", host, port).CombinedOutput()
+	t.Logf("jwt.py:\n%s", out)
+	if err != nil {
+		t.Fatalf("jwt.py: %v; server stderr:\n%s", err, srv.stderr)
+	}
+}
+
 // TestExpiringPHPJWT runs the JWT revocation recipe with phpredis on the
 // built binary (jwt.php).
 func TestExpiringPHPJWT(t *testing.T) {
