@@ -75,7 +75,7 @@ func writeSnapshot(w io.Writer, nextLSN uint64, objs []*object) error {
 	var buf []byte
 	for _, o := range objs {
 		o.mu.Lock()
-		if o.dead {
+		if o.dead || o.table != nil { // a table-backed set is rebuilt from its table
 			o.mu.Unlock()
 			continue
 		}

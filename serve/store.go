@@ -57,6 +57,9 @@ type Config struct {
 	MaxFilterBytes int64
 	// Sets declares the table-backed sets.
 	Sets []SetConfig
+	// ExpiringSets declares the table-backed expiring sets (see
+	// ExpiringSetConfig).
+	ExpiringSets []ExpiringSetConfig
 	// Logger receives warnings (a truncated log tail) and events.
 	// Default: discard.
 	Logger *slog.Logger
@@ -158,6 +161,9 @@ type object struct {
 	// failOpenUntil (Unix ns) makes an expiring key answer "present" to
 	// every lookup until then: set when replay could not hold an item.
 	failOpenUntil atomic.Int64
+	// table is set for a table-backed expiring set: not logged, not
+	// snapshotted, not deletable.
+	table *expiringTable
 
 	card    atomic.Uint64 // BF: adds that were new; CF: fingerprints inserted
 	deletes atomic.Uint64 // CF: successful deletes
@@ -212,6 +218,16 @@ func Open(cfg Config) (*Store, error) {
 			}
 			return nil, err
 		}
+	}
+	if err := s.openExpiringSets(); err != nil {
+		s.closeSets()
+		if s.aof != nil {
+			s.aof.close()
+		}
+		if s.lock != nil {
+			s.lock.Close()
+		}
+		return nil, err
 	}
 	for _, set := range s.sets {
 		s.bgDone.Add(1)
@@ -392,7 +408,7 @@ func (s *Store) Exists(names []string) int {
 // A table-backed set cannot be deleted: ErrSetReadOnly.
 func (s *Store) Del(names []string) (int, error) {
 	for _, name := range names {
-		if s.sets[name] != nil {
+		if s.sets[name] != nil || s.isExpiringSet(name) {
 			return 0, ErrSetReadOnly
 		}
 	}
@@ -550,7 +566,7 @@ func (s *Store) Ready() bool {
 			return false
 		}
 	}
-	return true
+	return s.expiringSetsReady()
 }
 
 func fileSize(f *os.File) (int64, error) {

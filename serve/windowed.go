@@ -239,12 +239,15 @@ func (s *Store) xadd(o *object, items [][]byte, expiresAt time.Time) ([]bool, in
 		hashes[i] = o.wf.Hash(it)
 		added[i] = !o.wf.MayContainHash(hashes[i])
 	}
-	r := &record{op: opXAdd, name: o.name, hashes: hashes, expiry: expiresAt.UnixNano()}
-	pos, err := s.logRecord(r)
-	if err != nil {
-		return nil, 0, err
+	var pos int64
+	if o.table == nil { // a table-backed set's record is the row
+		r := &record{op: opXAdd, name: o.name, hashes: hashes, expiry: expiresAt.UnixNano()}
+		var err error
+		if pos, err = s.logRecord(r); err != nil {
+			return nil, 0, err
+		}
+		o.lsn = r.lsn
 	}
-	o.lsn = r.lsn
 	o.dump = nil
 	for _, h := range hashes {
 		// After the checks above only a clock stepped back can make the
