@@ -434,11 +434,12 @@ func TestExpiringGolden(t *testing.T) {
 	}
 	// The golden bytes decode to the same filter under the same clock.
 	var recs []*record
-	if _, err := readRecords(bytes.NewReader(logData), int64(len(logData)), 1<<20, func(r *record) error {
+	sc, err := readSegment(bytes.NewReader(logData), int64(len(logData)), 1<<20, func(r *record) error {
 		recs = append(recs, r)
 		return nil
-	}); err != nil || len(recs) != 3 || recs[1].op != opXAdd || len(recs[1].hashes) != 2 {
-		t.Fatalf("golden log: %d records, %v", len(recs), err)
+	})
+	if err != nil || sc.end != endClean || len(recs) != 3 || recs[1].op != opXAdd || len(recs[1].hashes) != 2 {
+		t.Fatalf("golden log: %d records, %v, %v", len(recs), sc.end, err)
 	}
 	r, err := decodePayload(want[len(logData):])
 	if err != nil {

@@ -56,6 +56,10 @@ type setDecl struct {
 	FPRate                        float64
 	Capacity                      uint64
 	RebuildInterval               time.Duration
+	// kind expiring: see serve_expiring.go
+	ExpiresColumn string
+	MaxTTL        time.Duration
+	Generations   int
 }
 
 type confLine struct {
@@ -137,6 +141,9 @@ func parseServeFile(r io.Reader) (*serveFile, error) {
 		if s.Query == "" && (s.Table == "" || s.Column == "") {
 			return nil, fmt.Errorf("line %s: set %q: give query, or table and column", s.Line, s.Name)
 		}
+		if err := s.checkExpiring(); err != nil {
+			return nil, err
+		}
 	}
 	return f, nil
 }
@@ -203,8 +210,8 @@ func (s *setDecl) apply(l confLine) error {
 	case "confirm":
 		s.Confirm = l.value
 	case "kind":
-		if l.value != "bloom" && l.value != "cuckoo" {
-			return l.errorf("want bloom or cuckoo")
+		if l.value != "bloom" && l.value != "cuckoo" && l.value != "expiring" {
+			return l.errorf("want bloom, cuckoo or expiring")
 		}
 		s.Kind = l.value
 	case "normalize":
@@ -224,6 +231,8 @@ func (s *setDecl) apply(l confLine) error {
 		}
 	case "rebuild-interval":
 		s.RebuildInterval, err = l.duration()
+	case "expires-column", "max-ttl", "generations":
+		return s.applyExpiring(l)
 	default:
 		return fmt.Errorf("line %d: unknown key %q in set %q", l.n, l.key, s.Name)
 	}
