@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bloomgate/bloomgate/source/sqlite"
 )
 
 // needClient returns the path of a client program, failing under
@@ -244,5 +246,88 @@ func checkRevocations(t *testing.T, rdb *redis.Client, acked []revocation, windo
 	}
 	if back > stale/50+2 {
 		t.Fatalf("%d of %d expired revocations came back after the restart", back, stale)
+	}
+}
+
+// TestExpiringSetConfig starts the binary with a config file declaring a
+// table-backed expiring set over an SQLite revocations table: the live rows
+// are present, the expired ones absent, a row inserted behind the server's
+// back is seen at the next rescan, and the set cannot be deleted.
+func TestExpiringSetConfig(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "app.db")
+	db, err := sqlite.Open(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	now := time.Now()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE revocations (jti TEXT PRIMARY KEY, expires_at INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 500 {
+		db.ExecContext(ctx, "INSERT INTO revocations VALUES (?, ?)", fmt.Sprintf("live-%d", i), now.Add(time.Hour).Unix())
+		db.ExecContext(ctx, "INSERT INTO revocations VALUES (?, ?)", fmt.Sprintf("gone-%d", i), now.Add(-time.Hour).Unix())
+	}
+	addr := freeAddr(t)
+	conf := filepath.Join(dir, "serve.conf")
+	os.WriteFile(conf, []byte(fmt.Sprintf(`resp %s
+http ""
+data %s
+set revoked {
+  sqlite %s
+  kind expiring
+  table revocations
+  column jti
+  expires-column expires_at
+  max-ttl 24h
+  capacity 100000
+  rebuild-interval 200ms
+}
+`, addr, filepath.Join(dir, "data"), dbPath)), 0o644)
+	startServe(t, bin, "-config", conf)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	count := func(prefix string) int {
+		args := []any{"BG.XMEXISTS", "revoked"}
+		for i := range 500 {
+			args = append(args, fmt.Sprintf("%s-%d", prefix, i))
+		}
+		got, err := rdb.Do(ctx, args...).BoolSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, ok := range got {
+			if ok {
+				n++
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for count("gone") > 5 && time.Now().Before(deadline) { // answers present until the first scan
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := count("live"); n != 500 {
+		t.Fatalf("%d of 500 live revocations present", n)
+	}
+	if n := count("gone"); n > 5 {
+		t.Fatalf("%d of 500 expired rows present", n)
+	}
+	db.ExecContext(ctx, "INSERT INTO revocations VALUES ('late', ?)", now.Add(time.Hour).Unix())
+	for {
+		if ok, _ := rdb.Do(ctx, "BG.XEXISTS", "revoked", "late").Bool(); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a row inserted into the table was never seen")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := rdb.Del(ctx, "revoked").Err(); err == nil || !strings.Contains(err.Error(), "table-backed") {
+		t.Errorf("DEL of the set: %v", err)
 	}
 }
