@@ -50,10 +50,6 @@ const (
 	expiringRetryFirst     = time.Second
 )
 
-// ErrExpiringSetNotReady is what ExpiringSetStatus reports before a set's
-// first scan completes.
-var ErrExpiringSetNotReady = errors.New("serve: expiring set not scanned yet")
-
 // expiringTable is the table side of a table-backed expiring set.
 type expiringTable struct {
 	cfg      ExpiringSetConfig
