@@ -24,6 +24,8 @@ type ExpiringInfo struct {
 	MaxGenerations     int     `json:"max_generations"`
 	GenerationCapacity uint64  `json:"generation_capacity"`
 	MaxBytes           uint64  `json:"max_bytes"`
+	// TableBacked is set for a table-backed expiring set.
+	TableBacked bool `json:"table_backed,omitempty"`
 	// NextExpiryUnixMs is when the oldest generation is dropped; absent
 	// when none is held.
 	NextExpiryUnixMs int64 `json:"next_expiry_unix_ms,omitempty"`
@@ -54,7 +56,12 @@ func (a *api) expiringInfo(name string) (SetInfo, bool) {
 	if !xi.NextExpiry.IsZero() {
 		e.NextExpiryUnixMs = xi.NextExpiry.UnixMilli()
 	}
-	return SetInfo{Name: name, Kind: "expiring", Ready: true, Capacity: xi.Params.Capacity, Items: xi.Items,
+	ready := true
+	if st, ok := a.store.ExpiringSet(name); ok { // table-backed: ready after its first scan
+		ready = st.Ready
+		e.TableBacked = true
+	}
+	return SetInfo{Name: name, Kind: "expiring", Ready: ready, Capacity: xi.Params.Capacity, Items: xi.Items,
 		Bytes: xi.Size, Filters: xi.Generations, Expiring: e}, true
 }
 

@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"strings"
@@ -58,3 +60,35 @@ func TestHTTPExpiring(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// downSource fails every scan.
+type downSource struct{}
+
+func (downSource) ScanExpiring(context.Context, func([]byte, time.Time) error) error {
+	return errors.New("database down")
+}
+
+// TestHTTPExpiringSetNotReady: a table-backed expiring set that was never
+// scanned reports ready false, answers may_contain true, and fails /readyz.
+func TestHTTPExpiringSetNotReady(t *testing.T) {
+	st, err := serve.Open(serve.Config{ExpiringSets: []serve.ExpiringSetConfig{{
+		Name: "revoked", Source: downSource{}, Params: serve.ExpiringParams{MaxTTL: time.Hour, Capacity: 100},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv := httptest.NewServer(Handler(Config{Store: st}))
+	defer srv.Close()
+	c := client{t: t, base: srv.URL}
+	if status, out := c.do("GET", "/v1/sets/revoked", ""); status != 200 || out["ready"] != false ||
+		!strings.Contains(fmt.Sprint(out["expiring"]), "table_backed:true") {
+		t.Errorf("GET = %d %v", status, out)
+	}
+	if _, out := c.do("GET", "/v1/sets/revoked/contains?key=x", ""); out["may_contain"] != true {
+		t.Errorf("contains on a set never scanned = %v", out)
+	}
+	if status, _ := c.do("GET", "/readyz", ""); status != 503 {
+		t.Errorf("/readyz = %d, want 503", status)
+	}
+}
