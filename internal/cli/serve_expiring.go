@@ -25,6 +25,8 @@ import (
 //	  rebuild-interval 1m         # rescan for rows written without BG.XADD
 //	}
 //
+// It does not follow the change feed: "follow" is off for it.
+//
 // or, instead of table, column and expires-column, a query returning the key
 // and its expiry.
 
@@ -49,7 +51,9 @@ func (s *setDecl) applyExpiring(l confLine) error {
 }
 
 // checkExpiring checks the keys that belong to kind expiring, and only to it.
-func (s setDecl) checkExpiring() error {
+// An expiring set does not follow the change feed (it rescans its table), so
+// for one it turns Follow off, refusing an explicit "follow yes".
+func (s *setDecl) checkExpiring() error {
 	if s.Kind != "expiring" {
 		if s.ExpiresColumn != "" || s.MaxTTL != 0 || s.Generations != 0 {
 			return fmt.Errorf("line %s: set %q: expires-column, max-ttl and generations need kind expiring", s.Line, s.Name)
@@ -65,7 +69,12 @@ func (s setDecl) checkExpiring() error {
 		return fmt.Errorf("line %s: set %q: kind expiring needs expires-column, or a query returning the key and its expiry", s.Line, s.Name)
 	case s.Confirm != "" || s.Normalize != "":
 		return fmt.Errorf("line %s: set %q: kind expiring takes no confirm or normalize", s.Line, s.Name)
+	case s.Follow && s.FollowGiven:
+		return fmt.Errorf("line %s: set %q: kind expiring does not follow the change feed yet (it rescans the table every rebuild-interval): remove \"follow yes\"", s.Line, s.Name)
+	case s.Fanout != "":
+		return fmt.Errorf("line %s: set %q: kind expiring takes no fanout", s.Line, s.Name)
 	}
+	s.Follow = false
 	return nil
 }
 

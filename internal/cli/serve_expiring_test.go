@@ -34,6 +34,8 @@ func TestParseExpiringSet(t *testing.T) {
 		{"table r\n column k\n max-ttl 1h", "need kind expiring"},
 		{"kind expiring\n table r\n column k\n expires-column e\n max-ttl 1h\n capacity 10\n generations 1", "from 2 to 64"},
 		{"kind expiring\n table r\n column k\n expires-column e\n max-ttl soon\n capacity 10", "want a duration"},
+		{"kind expiring\n table r\n column k\n expires-column e\n max-ttl 1h\n capacity 10\n follow yes", "does not follow"},
+		{"kind expiring\n table r\n column k\n expires-column e\n max-ttl 1h\n capacity 10\n slot s", "need the change feed"},
 	} {
 		_, err := parseServeFile(strings.NewReader("set r {\n sqlite ./a.db\n " + tt.conf + "\n}\n"))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
