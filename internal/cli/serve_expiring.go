@@ -100,9 +100,12 @@ func openExpiringSets(ctx context.Context, decls []setDecl) ([]serve.ExpiringSet
 		}
 		switch {
 		case d.Postgres != "":
-			pool, err := postgres.Connect(ctx, d.Postgres)
+			timeout := orDefault(d.ConnectTimeout, defaultConnectTimeout)
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			pool, err := postgres.Connect(cctx, d.Postgres)
+			cancel()
 			if err != nil {
-				return nil, closeAll, fmt.Errorf("set %q: %w", d.Name, err)
+				return nil, closeAll, fmt.Errorf("set %q: postgres: %w", d.Name, timeoutHint(err, cctx, timeout))
 			}
 			closers = append(closers, pool.Close)
 			sc.Source = postgres.Expiring{Pool: pool, Table: d.Table, KeyColumn: d.Column, ExpiresColumn: d.ExpiresColumn, Query: d.Query}
