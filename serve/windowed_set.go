@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -227,4 +228,19 @@ func (s *Store) ExpiringSet(name string) (ExpiringSetStatus, bool) {
 	}
 	t := o.table
 	return ExpiringSetStatus{Ready: t.ready.Load(), Scans: t.scans.Load(), Failures: t.failures.Load(), Rows: t.rows.Load()}, true
+}
+
+// ExpiringSetNames returns the names of the table-backed expiring sets,
+// sorted.
+func (s *Store) ExpiringSetNames() []string {
+	s.mu.RLock()
+	var names []string
+	for name, o := range s.keys {
+		if o.table != nil {
+			names = append(names, name)
+		}
+	}
+	s.mu.RUnlock()
+	slices.Sort(names)
+	return names
 }

@@ -190,7 +190,7 @@ func writeServeError(w http.ResponseWriter, err error) {
 // SetReadiness is one table-backed set in /readyz.
 type SetReadiness struct {
 	Ready bool   `json:"ready"`
-	Mode  string `json:"mode"`  // follow or rebuild
+	Mode  string `json:"mode"`  // follow, rebuild, or rescan (a table-backed expiring set)
 	Role  string `json:"role"`  // none, follower, feeder, standby or instance
 	State string `json:"state"` // the gate's state: warming, ready, rebuilding, degraded
 	// Reason says why the set is not ready ("" when it is).
@@ -215,6 +215,7 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 		sets[s.Name()] = sr
 		ready = ready && sr.Ready
 	}
+	ready = a.expiringReadiness(sets) && ready
 	status := http.StatusOK
 	if !ready {
 		status = http.StatusServiceUnavailable
