@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/serve"
 	"github.com/bloomgate/bloomgate/source/sqlite"
 )
@@ -70,7 +71,7 @@ func TestExpiringSetSQLite(t *testing.T) {
 			t.Fatal("an expiring set not scanned yet answered absent")
 		}
 	}
-	waitFor(t, "the set to be ready", s.Ready)
+	testsvc.Eventually(t, 10*time.Second, s.Ready, "the set to be ready")
 	checkSet := func(s *serve.Store, what string) {
 		t.Helper()
 		got, err := s.XExists("revoked", live)
@@ -99,10 +100,10 @@ func TestExpiringSetSQLite(t *testing.T) {
 	}
 	// A row written by a service that does not BG.XADD: seen at a rescan.
 	db.ExecContext(ctx, "INSERT INTO revocations VALUES ('behind-its-back', ?)", now.Add(30*time.Minute).Unix())
-	waitFor(t, "the rescan to see a new row", func() bool {
+	testsvc.Eventually(t, 10*time.Second, func() bool {
 		got, _ := s.XExists("revoked", [][]byte{[]byte("behind-its-back")})
 		return got[0]
-	})
+	}, "the rescan to see a new row")
 	if _, err := s.XAdd("revoked", [][]byte{[]byte("via-serve")}, now.Add(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestExpiringSetSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	waitFor(t, "the set to be ready after a restart", s.Ready)
+	testsvc.Eventually(t, 10*time.Second, s.Ready, "the set to be ready after a restart")
 	checkSet(s, "after a restart")
 	if got, _ := s.XExists("revoked", [][]byte{[]byte("via-serve")}); got[0] {
 		t.Log("via-serve present after the restart as a false positive") // it had no row
@@ -161,17 +162,6 @@ func TestExpiringSetSourceDown(t *testing.T) {
 	}
 }
 
-// waitFor polls cond for up to ten seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // rowsSource serves fixed rows, in order.
 type rowsSource []struct {
 	key string
@@ -204,7 +194,7 @@ func TestExpiringSetBeyondMaxTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	waitFor(t, "ready", s.Ready)
+	testsvc.Eventually(t, 10*time.Second, s.Ready, "ready")
 	if got, _ := s.XExists("r", [][]byte{[]byte("far"), []byte("not-a-row")}); !got[0] || !got[1] {
 		t.Fatalf("with a row the filter cannot hold: %v, want every lookup present", got)
 	}

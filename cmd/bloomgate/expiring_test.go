@@ -16,26 +16,37 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/sqlite"
 )
 
-// needClient returns the path of a client program, failing under
-// BLOOMGATE_REQUIRE_SERVICES=1 when it is missing and skipping otherwise.
-func needClient(t *testing.T, name string, check ...string) string {
+// python returns /usr/bin/python3 with redis-py, or ends the test by
+// testsvc's policy (skip, or fail under BLOOMGATE_REQUIRE_SERVICES=1).
+func python(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err == nil && len(check) > 0 {
-		if out, cerr := exec.Command(p, check...).CombinedOutput(); cerr != nil {
-			err = fmt.Errorf("%v: %s", cerr, out)
-		}
+	py := testsvc.Binary(t, "/usr/bin/python3")
+	if out, err := exec.Command(py, "-c", "import redis").CombinedOutput(); err != nil {
+		testsvc.Unavailable(t, "redis-py missing for %s (Debian python3-redis): %v %s", py, err, out)
 	}
+	return py
+}
+
+// runScript starts the built binary and runs a client script against it:
+// prog script host port args….
+func runScript(t *testing.T, prog, script string, args ...string) {
+	t.Helper()
+	bin := buildBinary(t)
+	addr := freeAddr(t)
+	srv := startServe(t, bin, "-resp", addr, "-http", "", "-data", t.TempDir())
+	host, port, _ := net.SplitHostPort(addr)
+	out, err := exec.Command(prog, append([]string{script, host, port}, args...)...).CombinedOutput()
+	t.Logf("%s:\n%s", script, out)
 	if err != nil {
-		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") == "1" {
-			t.Fatalf("%s is required (BLOOMGATE_REQUIRE_SERVICES=1): %v", name, err)
-		}
-		t.Skipf("%s not usable: %v", name, err)
+		t.Fatalf("%s: %v; server stderr:\n%s", script, err, srv.stderr)
 	}
-	return p
+	if rss := vmRSS(srv.cmd.Process.Pid); rss != "" {
+		t.Logf("server resident set at the end: %s", rss)
+	}
 }
 
 // TestExpiringRedisPy revokes ids with spread expiries through redis-py on
@@ -44,23 +55,12 @@ func needClient(t *testing.T, name string, check ...string) string {
 // out, and that memory stays flat under churn (churn.py). 1 M ids, 30 s max
 // TTL; 20,000 ids, 8 s max TTL with -short.
 func TestExpiringRedisPy(t *testing.T) {
-	py := needClient(t, "/usr/bin/python3", "-c", "import redis")
-	bin := buildBinary(t)
+	py := python(t)
 	n, maxTTL := "1000000", "30"
 	if testing.Short() {
 		n, maxTTL = "20000", "8"
 	}
-	addr := freeAddr(t)
-	srv := startServe(t, bin, "-resp", addr, "-http", "", "-data", t.TempDir())
-	host, port, _ := net.SplitHostPort(addr)
-	out, err := exec.Command(py, "testdata/expiring/churn.py", host, port, n, maxTTL).CombinedOutput()
-	t.Logf("churn.py:\n%s", out)
-	if err != nil {
-		t.Fatalf("churn.py: %v; server stderr:\n%s", err, srv.stderr)
-	}
-	if rss := vmRSS(srv.cmd.Process.Pid); rss != "" {
-		t.Logf("server resident set after the churn: %s", rss)
-	}
+	runScript(t, py, "testdata/expiring/churn.py", n, maxTTL)
 }
 
 func vmRSS(pid int) string {
@@ -76,37 +76,17 @@ func vmRSS(pid int) string {
 // TestExpiringPythonJWT runs the JWT revocation recipe with redis-py on the
 // built binary (jwt.py).
 func TestExpiringPythonJWT(t *testing.T) {
-	py := needClient(t, "/usr/bin/python3", "-c", "import redis")
-	bin := buildBinary(t)
-	addr := freeAddr(t)
-	srv := startServe(t, bin, "-resp", addr, "-http", "", "-data", t.TempDir())
-	host, port, _ := net.SplitHostPort(addr)
-	out, err := exec.Command(py, "testdata/expiring/jwt.py", host, port).CombinedOutput()
-	t.Logf("jwt.py:\n%s", out)
-	if err != nil {
-		t.Fatalf("jwt.py: %v; server stderr:\n%s", err, srv.stderr)
-	}
+	runScript(t, python(t), "testdata/expiring/jwt.py")
 }
 
 // TestExpiringPHPJWT runs the JWT revocation recipe with phpredis on the
 // built binary (jwt.php).
 func TestExpiringPHPJWT(t *testing.T) {
-	php := needClient(t, "php")
+	php := testsvc.Binary(t, "php")
 	if out, _ := exec.Command(php, "-m").Output(); !strings.Contains(string(out), "redis") {
-		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") == "1" {
-			t.Fatal("phpredis is required (BLOOMGATE_REQUIRE_SERVICES=1)")
-		}
-		t.Skip("no phpredis")
+		testsvc.Unavailable(t, "phpredis missing (Debian php-redis)")
 	}
-	bin := buildBinary(t)
-	addr := freeAddr(t)
-	srv := startServe(t, bin, "-resp", addr, "-http", "", "-data", t.TempDir())
-	host, port, _ := net.SplitHostPort(addr)
-	out, err := exec.Command(php, "testdata/expiring/jwt.php", host, port).CombinedOutput()
-	t.Logf("jwt.php:\n%s", out)
-	if err != nil {
-		t.Fatalf("jwt.php: %v; server stderr:\n%s", err, srv.stderr)
-	}
+	runScript(t, php, "testdata/expiring/jwt.php")
 }
 
 // revocation is one acknowledged BG.XADD: the id and its expiry (PXAT).
