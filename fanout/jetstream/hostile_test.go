@@ -36,7 +36,7 @@ func lastBatch(t *testing.T, ip *inProcess) (fanout.Batch, []byte, uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := fanout.DecodeBatch(m.Data)
+	b, err := fanout.DecodeBatch(m.Data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,10 +112,6 @@ func hostileRun(t *testing.T, ip *inProcess, insts []*bloomgate.Gate, inject fun
 	}
 	inject()
 	injected := time.Now()
-	for time.Since(injected) < 3*time.Second {
-		check()
-		time.Sleep(25 * time.Millisecond)
-	}
 	// Healed: a row committed now is served by every instance, ready.
 	key := "healed@x"
 	tok, err := ip.pg.Insert(context.Background(), key)
@@ -123,7 +119,7 @@ func hostileRun(t *testing.T, ip *inProcess, insts []*bloomgate.Gate, inject fun
 		t.Fatal(err)
 	}
 	var healed time.Duration
-	for {
+	for healed == 0 || time.Since(injected) < 3*time.Second {
 		check()
 		ok := true
 		for _, g := range insts {
@@ -131,11 +127,10 @@ func hostileRun(t *testing.T, ip *inProcess, insts []*bloomgate.Gate, inject fun
 				ok = false
 			}
 		}
-		if ok {
+		if ok && healed == 0 {
 			healed = time.Since(injected)
-			break
 		}
-		if time.Since(injected) > healWithin {
+		if healed == 0 && time.Since(injected) > healWithin {
 			t.Errorf("the set is not serving new rows %v after the hostile message", healWithin)
 			break
 		}
@@ -158,13 +153,13 @@ func TestHostileMessages(t *testing.T) {
 	}{
 		{"forged far-ahead marker", func(t *testing.T, ip *inProcess) []byte {
 			b, _, _ := lastBatch(t, ip)
-			p, _ := fanout.AppendBatch(nil, fanout.Batch{Prev: b.End(), Txns: []changefeed.Txn{{Commit: b.End() + 1<<40, End: b.End() + 1<<40}}})
+			p, _ := fanout.AppendBatch(nil, fanout.Batch{Term: b.Term, Prev: b.End(), Txns: []changefeed.Txn{{Commit: b.End() + 1<<40, End: b.End() + 1<<40}}}, nil)
 			return p
 		}},
 		{"forged continuation", func(t *testing.T, ip *inProcess) []byte {
 			b, _, _ := lastBatch(t, ip)
-			p, _ := fanout.AppendBatch(nil, fanout.Batch{Prev: b.End(), Txns: []changefeed.Txn{{Commit: b.End() + 8, End: b.End() + 16,
-				Changes: []changefeed.Change{{Kind: changefeed.Insert, Key: []byte("forged@x")}}}}})
+			p, _ := fanout.AppendBatch(nil, fanout.Batch{Term: b.Term, Prev: b.End(), Txns: []changefeed.Txn{{Commit: b.End() + 8, End: b.End() + 16,
+				Changes: []changefeed.Change{{Kind: changefeed.Insert, Key: []byte("forged@x")}}}}}, nil)
 			return p
 		}},
 		{"random bytes", func(t *testing.T, ip *inProcess) []byte {

@@ -74,7 +74,7 @@ func startInProcess(t *testing.T, preRows int, capacity uint64) *inProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := set.NewFeeder(jetstream.FeederConfig{Source: pg.Feed(t), Gate: g, HeartbeatInterval: testHeartbeat,
+	f, err := set.NewFeeder(jetstream.FeederConfig{Feed: pg.Feed(t), Gate: g, HeartbeatInterval: testHeartbeat,
 		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Minute, MaxLag: testMaxLag}})
 	if err != nil {
 		t.Fatal(err)

@@ -58,7 +58,7 @@ func runFeeder(t *testing.T, set *redisstream.Set, pg *fanouttest.PG, id string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := set.NewFeeder(redisstream.FeederConfig{Source: pg.Feed(t), Gate: g, ID: id, HeartbeatInterval: testHeartbeat,
+	f, err := set.NewFeeder(redisstream.FeederConfig{Feed: pg.Feed(t), Gate: g, ID: id, HeartbeatInterval: testHeartbeat,
 		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: 2 * time.Second, MaxLag: testMaxLag}})
 	if err != nil {
 		t.Fatal(err)
