@@ -3,8 +3,6 @@ package jetstream_test
 import (
 	"context"
 	crand "crypto/rand"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,11 +13,8 @@ import (
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout"
 	"github.com/bloomgate/bloomgate/fanout/jetstream"
+	"github.com/bloomgate/bloomgate/internal/fanouttest"
 )
-
-// healWithin is how long a set may take to be ready again, serving new
-// rows on every instance, after a hostile message, without an operator.
-const healWithin = 20 * time.Second
 
 // lastBatch returns the stream's last message, decoded, and its sequence.
 func lastBatch(t *testing.T, ip *inProcess) (fanout.Batch, []byte, uint64) {
@@ -52,95 +47,6 @@ func publishForeign(t *testing.T, ip *inProcess, data []byte) {
 	if _, err := ip.js.PublishMsg(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// hostileRun runs writers against the table and checks every committed row
-// on every instance (MayContainAt with its token, MayContain once the row is
-// older than MaxLag) while inject damages the stream; then the set must
-// serve a new row on every instance within healWithin.
-func hostileRun(t *testing.T, ip *inProcess, insts []*bloomgate.Gate, inject func()) {
-	t.Helper()
-	type row struct {
-		key   string
-		token changefeed.Position
-		at    time.Time
-	}
-	var mu sync.Mutex
-	var rows []row
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for n := 0; ctx.Err() == nil; n++ {
-			key := fmt.Sprintf("h%d@x", n)
-			tok, err := ip.pg.Insert(ctx, key)
-			if err != nil {
-				continue
-			}
-			mu.Lock()
-			rows = append(rows, row{key, tok, time.Now()})
-			mu.Unlock()
-			time.Sleep(5 * time.Millisecond)
-		}
-	})
-	var fn, fnAt, checked int
-	check := func() {
-		mu.Lock()
-		all := rows
-		mu.Unlock()
-		for i, g := range insts {
-			for _, r := range all {
-				checked++
-				if !g.MayContainAt([]byte(r.key), r.token) {
-					fnAt++
-					if fnAt <= 3 {
-						t.Errorf("FALSE NEGATIVE: instance %d: MayContainAt(%q, %v) at position %v", i, r.key, r.token, g.Position())
-					}
-				}
-				if time.Since(r.at) > testMaxLag+time.Second && !g.MayContain([]byte(r.key)) {
-					fn++
-					if fn <= 3 {
-						t.Errorf("FALSE NEGATIVE: instance %d: MayContain(%q) committed %v ago", i, r.key, time.Since(r.at).Round(time.Millisecond))
-					}
-				}
-			}
-		}
-	}
-	for range 20 {
-		check()
-		time.Sleep(25 * time.Millisecond)
-	}
-	inject()
-	injected := time.Now()
-	// Healed: a row committed now is served by every instance, ready.
-	key := "healed@x"
-	tok, err := ip.pg.Insert(context.Background(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var healed time.Duration
-	for healed == 0 || time.Since(injected) < 3*time.Second {
-		check()
-		ok := true
-		for _, g := range insts {
-			if !g.Ready() || g.Position() < tok || !g.MayContain([]byte(key)) {
-				ok = false
-			}
-		}
-		if ok && healed == 0 {
-			healed = time.Since(injected)
-		}
-		if healed == 0 && time.Since(injected) > healWithin {
-			t.Errorf("the set is not serving new rows %v after the hostile message", healWithin)
-			break
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	stop()
-	wg.Wait()
-	check()
-	t.Logf("%d lookups checked, %d MayContainAt and %d MayContain false negatives; ready with new rows %v after the message",
-		checked, fnAt, fn, healed.Round(time.Millisecond))
 }
 
 func TestHostileMessages(t *testing.T) {
@@ -179,7 +85,7 @@ func TestHostileMessages(t *testing.T) {
 			ip := startInProcess(t, 1000, 1<<16)
 			g1, _ := ip.instance(t, 1<<16)
 			g2, _ := ip.instance(t, 1<<16)
-			hostileRun(t, ip, []*bloomgate.Gate{g1, g2}, func() { publishForeign(t, ip, tc.msg(t, ip)) })
+			fanouttest.Hostile(t, ip.pg, testMaxLag, []*bloomgate.Gate{g1, g2}, func() { publishForeign(t, ip, tc.msg(t, ip)) })
 		})
 	}
 }
