@@ -2,12 +2,12 @@ package redisstream_test
 
 import (
 	"context"
-	"encoding/binary"
-	"io"
 	crand "crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"sync"

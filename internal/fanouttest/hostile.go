@@ -103,4 +103,3 @@ func Hostile(t *testing.T, pg *PG, maxLag time.Duration, insts []*bloomgate.Gate
 	t.Logf("%d lookups checked, %d MayContainAt and %d MayContain false negatives; ready with new rows %v after the message",
 		checked, fnAt, fn, healed.Round(time.Millisecond))
 }
-
