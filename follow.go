@@ -11,6 +11,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // Feed is a change feed with exact positions, such as PostgreSQL logical
@@ -86,8 +87,8 @@ const feedReason = "change feed: "
 // (schedule, overfill, the degraded state) and when deletes pile up that
 // the filter could not apply.
 func (g *Gate) Follow(ctx context.Context, feed Feed, cfg FollowConfig) error {
-	setDefault(&cfg.SnapshotInterval, DefaultSnapshotInterval)
-	setDefault(&cfg.MaxLag, DefaultMaxLag)
+	defaults.Set(&cfg.SnapshotInterval, DefaultSnapshotInterval)
+	defaults.Set(&cfg.MaxLag, DefaultMaxLag)
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -265,7 +266,7 @@ func (fl *follower) publishLocked(f Filter) {
 		nv.state, nv.reason = StateDegraded, feedReason+"catching up"
 	}
 	g.publishLocked(nv)
-	g.unhonoured = 0
+	g.unapplied = 0
 	fl.unknown = 0
 }
 

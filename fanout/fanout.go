@@ -45,10 +45,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"time"
 
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/crc32c"
 )
 
 // Version is the message format version AppendBatch writes and DecodeBatch
@@ -92,8 +92,6 @@ func (b Batch) End() changefeed.Position {
 	return b.Txns[len(b.Txns)-1].End
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 const (
 	flagMAC = 1 << 0
 	macLen  = sha256.Size
@@ -114,7 +112,7 @@ func seal(dst []byte, start int, domain byte, key []byte) []byte {
 		m.Write(dst[start:])
 		dst = m.Sum(dst)
 	}
-	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+	return binary.LittleEndian.AppendUint32(dst, crc32c.Checksum(dst[start:]))
 }
 
 // open checks p's CRC and MAC and returns the body (version and flags
@@ -125,7 +123,7 @@ func open(p []byte, domain byte, key []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(p))
 	}
 	body := p[:len(p)-4]
-	if binary.LittleEndian.Uint32(p[len(body):]) != crc32.Checksum(body, castagnoli) {
+	if binary.LittleEndian.Uint32(p[len(body):]) != crc32c.Checksum(body) {
 		return nil, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 	}
 	if body[0] != Version {

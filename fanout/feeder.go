@@ -12,6 +12,7 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // FeederConfig configures a Feeder. The zero value of every field but Feed
@@ -99,17 +100,10 @@ func NewFeeder(b Backend, cfg FeederConfig) (*Feeder, error) {
 		host, _ := os.Hostname()
 		cfg.ID = fmt.Sprintf("%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())
 	}
-	setDefault(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
-	setDefault(&cfg.MaxBatch, DefaultMaxBatch)
-	setDefault(&cfg.PublishTimeout, DefaultPublishTimeout)
+	defaults.Set(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
+	defaults.Set(&cfg.MaxBatch, DefaultMaxBatch)
+	defaults.Set(&cfg.PublishTimeout, DefaultPublishTimeout)
 	return &Feeder{b: b, cfg: cfg}, nil
-}
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
 }
 
 // Run competes for the lease and, while it holds it, follows Feed and

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // Instance errors.
@@ -106,7 +107,7 @@ func NewInstance(b Backend, cfg InstanceConfig) (*Instance, error) {
 	if cfg.HeadTimeout < 0 {
 		return nil, fmt.Errorf("%w: negative HeadTimeout", ErrInvalidConfig)
 	}
-	setDefault(&cfg.HeadTimeout, DefaultHeadTimeout)
+	defaults.Set(&cfg.HeadTimeout, DefaultHeadTimeout)
 	return &Instance{b: b, cfg: cfg, marks: map[changefeed.Position]start{}}, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"sync/atomic"
 
 	"github.com/bloomgate/bloomgate/internal/atomicfile"
+	"github.com/bloomgate/bloomgate/internal/crc32c"
 )
 
 // The log is a sequence of segment files, log-<n>.aof in DataDir. A snapshot
@@ -234,7 +234,7 @@ func readRecords(r io.Reader, size, maxRecord int64, fn func(*record) error) (in
 		if _, err := io.ReadFull(r, payload); err != nil {
 			return off, fmt.Errorf("%w at offset %d: short payload", errTornRecord, off)
 		}
-		if crc32.Checksum(payload, castagnoli) != sum {
+		if crc32c.Checksum(payload) != sum {
 			return off, fmt.Errorf("%w at offset %d: checksum mismatch", errTornRecord, off)
 		}
 		rec, err := decodePayload(payload)

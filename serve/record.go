@@ -5,10 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"math"
 
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/crc32c"
 )
 
 // Log records and snapshot entries share one encoding, little-endian:
@@ -44,8 +44,6 @@ const recordHeaderLen = 12
 // errBadRecord reports a record that does not decode.
 var errBadRecord = errors.New("serve: malformed record")
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 type record struct {
 	lsn    uint64
 	op     byte
@@ -64,7 +62,7 @@ func (r *record) appendFrame(dst []byte) []byte {
 	dst = r.appendPayload(dst)
 	payload := dst[start+recordHeaderLen:]
 	binary.LittleEndian.PutUint64(dst[start:], uint64(len(payload)))
-	binary.LittleEndian.PutUint32(dst[start+8:], crc32.Checksum(payload, castagnoli))
+	binary.LittleEndian.PutUint32(dst[start+8:], crc32c.Checksum(payload))
 	return dst
 }
 

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/bloomgate/bloomgate/internal/atomicfile"
+	"github.com/bloomgate/bloomgate/internal/crc32c"
 )
 
 // Snapshot format (snapshot.bgs in DataDir), little-endian:
@@ -65,7 +65,7 @@ func (s *Store) Snapshot() error {
 
 func writeSnapshot(w io.Writer, nextLSN uint64, objs []*object) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
-	crc := crc32.New(castagnoli)
+	crc := crc32c.New()
 	out := io.MultiWriter(bw, crc)
 	hdr := binary.LittleEndian.AppendUint64([]byte(snapshotMagic), nextLSN)
 	if _, err := out.Write(hdr); err != nil {
@@ -119,7 +119,7 @@ func readSnapshot(r io.Reader, size, maxFilter int64) (uint64, []*object, error)
 	fail := func(format string, args ...any) (uint64, []*object, error) {
 		return 0, nil, fmt.Errorf("%w: %s", ErrCorruptSnapshot, fmt.Sprintf(format, args...))
 	}
-	cr := &crcReader{r: bufio.NewReaderSize(r, 1<<16), crc: crc32.New(castagnoli)}
+	cr := &crcReader{r: bufio.NewReaderSize(r, 1<<16), crc: crc32c.New()}
 	var hdr [16]byte
 	if _, err := io.ReadFull(cr, hdr[:]); err != nil || string(hdr[:8]) != snapshotMagic {
 		return fail("bad header")

@@ -43,6 +43,7 @@ import (
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // Config names a set and says how its JetStream assets are made. The zero
@@ -118,10 +119,10 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 	if len(cfg.Key) > 0 && len(cfg.Key) < 16 {
 		return nil, fmt.Errorf("%w: Key must be at least 16 bytes", ErrInvalidConfig)
 	}
-	setDefault(&cfg.Replicas, DefaultReplicas)
-	setDefault(&cfg.MaxAge, DefaultMaxAge)
-	setDefault(&cfg.Duplicates, DefaultDuplicates)
-	setDefault(&cfg.LeaseTTL, DefaultLeaseTTL)
+	defaults.Set(&cfg.Replicas, DefaultReplicas)
+	defaults.Set(&cfg.MaxAge, DefaultMaxAge)
+	defaults.Set(&cfg.Duplicates, DefaultDuplicates)
+	defaults.Set(&cfg.LeaseTTL, DefaultLeaseTTL)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -242,13 +243,6 @@ func (s *Set) Delete(ctx context.Context) error {
 }
 
 func streamName(set string) string { return "BG_" + set }
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
-}
 
 // FeederConfig configures a feeder (fanout.FeederConfig).
 type FeederConfig = fanout.FeederConfig

@@ -51,6 +51,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // Config names a set. The zero value of every field but Client and Set
@@ -121,10 +122,10 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 	if len(cfg.Key) > 0 && len(cfg.Key) < 16 {
 		return nil, fmt.Errorf("%w: Key must be at least 16 bytes", ErrInvalidConfig)
 	}
-	setDefault(&cfg.MaxLen, DefaultMaxLen)
-	setDefault(&cfg.LeaseTTL, DefaultLeaseTTL)
-	setDefault(&cfg.WaitTimeout, DefaultWaitTimeout)
-	setDefault(&cfg.ChunkSize, DefaultChunkSize)
+	defaults.Set(&cfg.MaxLen, DefaultMaxLen)
+	defaults.Set(&cfg.LeaseTTL, DefaultLeaseTTL)
+	defaults.Set(&cfg.WaitTimeout, DefaultWaitTimeout)
+	defaults.Set(&cfg.ChunkSize, DefaultChunkSize)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -164,13 +165,6 @@ func (s *Set) Delete(ctx context.Context) error {
 }
 
 func escape(p string) string { return strings.NewReplacer("{", `\{`, "}", `\}`).Replace(p) }
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
-}
 
 // FeederConfig configures a feeder (fanout.FeederConfig).
 type FeederConfig = fanout.FeederConfig
