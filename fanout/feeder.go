@@ -289,7 +289,7 @@ func (p *publisher) loaded(pos changefeed.Position, cur Cursor, _ uint64, _ bool
 // Bootstrap starts a new history: the database's keys at a point, which
 // the log continues from after its current last entry.
 func (p *publisher) Bootstrap(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error) {
-	last, err := p.f.b.Log.Last(ctx)
+	_, tail, err := p.f.b.Log.Last(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -301,8 +301,8 @@ func (p *publisher) Bootstrap(ctx context.Context, fn func(key []byte) error) (c
 	p.marks = p.marks[:0]
 	p.dbHead = max(p.dbHead, pos)
 	p.mu.Unlock()
-	p.note(pos, last.Cursor)
-	p.f.b.Logger.Info("bloomgate: feeder starts a new history of the log", "set", p.f.b.Name, "position", pos, "after", last.Cursor)
+	p.note(pos, tail)
+	p.f.b.Logger.Info("bloomgate: feeder starts a new history of the log", "set", p.f.b.Name, "position", pos, "after", tail)
 	return pos, nil
 }
 
@@ -331,7 +331,7 @@ var errReplayed = errors.New("fanout: replay reached the tail")
 // bootstraps: a new history).
 func (p *publisher) Stream(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error {
 	log := p.f.b.Log
-	last, err := log.Last(ctx)
+	last, tail, err := log.Last(ctx)
 	if err != nil {
 		return err
 	}
@@ -340,9 +340,17 @@ func (p *publisher) Stream(ctx context.Context, from changefeed.Position, apply 
 		return fmt.Errorf("%w: no log cursor known for position %v", errHeal, from)
 	}
 	pos := from
-	if cur != last.Cursor {
+	if cur != tail {
+		if tail != last.Cursor {
+			return fmt.Errorf("%w: the log lost its newest entries (it ends at %q, appends go after %q)", errHeal, last.Cursor, tail)
+		}
 		if last.Data == nil {
 			return fmt.Errorf("%w: the log lost the entries after %v (it holds none)", errHeal, from)
+		}
+		if b, err := DecodeBatch(last.Data, p.f.b.Key); err == nil && b.End() < from {
+			// The snapshot reflects entries the log no longer holds (an
+			// unsynced tail lost with its servers, say).
+			return fmt.Errorf("%w: the log ends at %v, before the snapshot at %v", errHeal, b.End(), from)
 		}
 		dbHead, err := p.f.cfg.Feed.Head(ctx)
 		if err != nil {
@@ -395,7 +403,7 @@ func (p *publisher) Stream(ctx context.Context, from changefeed.Position, apply 
 	p.mu.Lock()
 	p.published = max(p.published, pos)
 	p.mu.Unlock()
-	return p.follow(ctx, pos, last.Cursor, apply)
+	return p.follow(ctx, pos, tail, apply)
 }
 
 // follow runs Feed from pos, appending after the entry at after.

@@ -45,9 +45,10 @@ type Log interface {
 	// appended right after after by an earlier attempt: then it returns
 	// that entry's cursor.
 	Append(ctx context.Context, after Cursor, data []byte) (Cursor, error)
-	// Last returns the log's last entry. With no entry, Data is nil and
-	// Cursor is the one to append after.
-	Last(ctx context.Context) (Entry, error)
+	// Last returns the log's last entry (Data nil when it holds none) and
+	// the cursor to append after: the last entry's, unless entries after it
+	// were deleted (a log that lost its tail).
+	Last(ctx context.Context) (last Entry, tail Cursor, err error)
 	// Read calls fn with every entry after after, in order, waiting for
 	// new ones, until ctx is done or fn returns an error (Read returns
 	// it). An entry missing between two (trimmed or deleted), where the log

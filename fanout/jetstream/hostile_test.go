@@ -114,3 +114,36 @@ func jetstreamOpenDefault(ip *inProcess) (*jetstream.Set, error) {
 	defer cancel()
 	return jetstream.Open(ctx, jetstream.Config{JetStream: ip.js, Set: ip.name})
 }
+
+// TestTailLost: the stream loses its last messages after PostgreSQL was
+// told their positions are durable (as JetStream may on a power loss
+// before its fsync), with the feeder gone at the same time. The next
+// feeder must not continue from the shorter tail: it starts a new history
+// from the database, and no instance answers "absent" for a committed row.
+func TestTailLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-second scenario, skipped in -short mode")
+	}
+	ip := startInProcess(t, 1000, 1<<16)
+	g1, _ := ip.instance(t, 1<<16)
+	g2, _ := ip.instance(t, 1<<16)
+	fanouttest.Hostile(t, ip.pg, testMaxLag, []*bloomgate.Gate{g1, g2}, func() {
+		ip.stopFeeder()
+		stream, err := ip.js.Stream(context.Background(), "BG_"+ip.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := stream.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost := 0
+		for seq := info.State.LastSeq; seq > info.State.FirstSeq && lost < 5; seq-- {
+			if err := stream.DeleteMsg(context.Background(), seq); err == nil {
+				lost++
+			}
+		}
+		t.Logf("deleted the stream's last %d messages (of %d), feeder stopped", lost, info.State.Msgs)
+		ip.startFeeder(t, 1<<16)
+	})
+}

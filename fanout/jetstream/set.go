@@ -317,19 +317,33 @@ func (l *jsLog) Append(ctx context.Context, after fanout.Cursor, data []byte) (f
 	return "", fmt.Errorf("jetstream: publish: %w", err)
 }
 
-func (l *jsLog) Last(ctx context.Context) (fanout.Entry, error) {
+func (l *jsLog) Last(ctx context.Context) (fanout.Entry, fanout.Cursor, error) {
 	info, err := l.stream.Info(ctx)
 	if err != nil {
-		return fanout.Entry{}, fmt.Errorf("jetstream: stream info: %w", err)
+		return fanout.Entry{}, "", fmt.Errorf("jetstream: stream info: %w", err)
 	}
+	tail := cursor(info.State.LastSeq)
 	if info.State.Msgs == 0 {
-		return fanout.Entry{Cursor: cursor(info.State.LastSeq)}, nil
+		return fanout.Entry{Cursor: tail}, tail, nil
 	}
 	m, err := l.stream.GetLastMsgForSubject(ctx, l.subject)
-	if err != nil {
-		return fanout.Entry{}, fmt.Errorf("jetstream: last message: %w", err)
+	if err == nil {
+		return fanout.Entry{Cursor: cursor(m.Sequence), Data: m.Data}, tail, nil
 	}
-	return fanout.Entry{Cursor: cursor(m.Sequence), Data: m.Data}, nil
+	if !errors.Is(err, js.ErrMsgNotFound) {
+		return fanout.Entry{}, "", fmt.Errorf("jetstream: last message: %w", err)
+	}
+	// The newest messages were deleted: walk back to the last one left.
+	for seq := info.State.LastSeq; seq >= info.State.FirstSeq && seq > 0; seq-- {
+		m, err := l.stream.GetMsg(ctx, seq)
+		if err == nil {
+			return fanout.Entry{Cursor: cursor(m.Sequence), Data: m.Data}, tail, nil
+		}
+		if !errors.Is(err, js.ErrMsgNotFound) {
+			return fanout.Entry{}, "", fmt.Errorf("jetstream: message %d: %w", seq, err)
+		}
+	}
+	return fanout.Entry{Cursor: tail}, tail, nil
 }
 
 // Read applies the stream's messages after after. It checks that sequences

@@ -257,16 +257,18 @@ func (l *rLog) Append(ctx context.Context, after fanout.Cursor, data []byte) (fa
 	return fanout.Cursor(id), nil
 }
 
-func (l *rLog) Last(ctx context.Context) (fanout.Entry, error) {
+func (l *rLog) Last(ctx context.Context) (fanout.Entry, fanout.Cursor, error) {
 	msgs, err := l.cfg.Client.XRevRangeN(ctx, l.log, "+", "-", 1).Result()
 	if err != nil {
-		return fanout.Entry{}, fmt.Errorf("redisstream: last entry: %w", err)
+		return fanout.Entry{}, "", fmt.Errorf("redisstream: last entry: %w", err)
 	}
 	if len(msgs) == 0 {
-		return fanout.Entry{}, nil
+		return fanout.Entry{}, "", nil
 	}
 	d, _ := msgs[0].Values["d"].(string)
-	return fanout.Entry{Cursor: fanout.Cursor(msgs[0].ID), Data: []byte(d)}, nil
+	// Appends go after the top entry (the script checks it), so a deleted
+	// top leaves no hole to detect here.
+	return fanout.Entry{Cursor: fanout.Cursor(msgs[0].ID), Data: []byte(d)}, fanout.Cursor(msgs[0].ID), nil
 }
 
 // Read applies the stream's entries after after. Redis cannot tell a
