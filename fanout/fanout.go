@@ -37,6 +37,11 @@
 // message (or the point the feeder bootstrapped at), so a consumer detects
 // a missing message from the message alone. Term is the feeder's lease term
 // (the fencing token), which never decreases along the log.
+//
+// AppendBatch, DecodeBatch and Continue are pure functions, safe for
+// concurrent use; a Feeder and an Instance are safe for concurrent use.
+// docs/design.md describes the engine, its trust model and its guarantees,
+// docs/operations.md the NATS and Redis settings and permissions it needs.
 package fanout
 
 import (

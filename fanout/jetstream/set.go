@@ -25,6 +25,8 @@
 // Instance and its Snapshots. See fanout.Feeder and fanout.Instance for
 // their guarantees, and docs/operations.md for the permissions and the
 // server settings (sync_interval) a set needs.
+//
+// A Set, its Feeders and its Instances are safe for concurrent use.
 package jetstream
 
 import (
