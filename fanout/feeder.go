@@ -120,6 +120,7 @@ func (f *Feeder) Run(ctx context.Context) error {
 		log.Info("bloomgate: feeder lease acquired", "set", f.b.Name, "id", f.cfg.ID, "term", term)
 		lctx, cancel := context.WithCancel(ctx)
 		pub := &publisher{f: f, term: term, lease: lease, cancel: cancel, beat: make(chan struct{}, 1)}
+		pub.startGen(lctx)
 		var wg sync.WaitGroup
 		wg.Go(func() { pub.hold(lctx) })
 		wg.Go(func() { pub.heartbeat(lctx) })
@@ -175,6 +176,29 @@ type publisher struct {
 	published changefeed.Position
 	dbHead    changefeed.Position
 	beat      chan struct{} // asks the heartbeat for a write now
+	baseGen   uint64        // the generation of the filter loaded (or the newest recorded)
+	baseBuild uint64        // the gate's Stats().Builds then
+}
+
+// startGen starts counting filter generations from the newest record's.
+func (p *publisher) startGen(ctx context.Context) {
+	ss := snapshots{b: &p.f.b}
+	recs, _ := ss.records(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range recs {
+		p.baseGen = max(p.baseGen, r.Gen)
+	}
+	p.baseBuild = p.f.cfg.Gate.Stats().Builds
+}
+
+// gen is the generation of the gate's filter now: every build (a
+// bootstrap, a rebuild) since the one loaded is one more.
+func (p *publisher) gen() uint64 {
+	b := p.f.cfg.Gate.Stats().Builds
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.baseGen + b - p.baseBuild
 }
 
 // mark says where to read the log from to continue after pos.
@@ -279,9 +303,11 @@ func (p *publisher) cursorOf(pos changefeed.Position) (Cursor, bool) {
 }
 
 // loaded learns the cursor of the snapshot the gate loaded.
-func (p *publisher) loaded(pos changefeed.Position, cur Cursor, _ uint64, _ bool) {
+func (p *publisher) loaded(pos changefeed.Position, cur Cursor, _, gen uint64, _ bool) {
+	b := p.f.cfg.Gate.Stats().Builds
 	p.mu.Lock()
 	p.marks = p.marks[:0]
+	p.baseGen, p.baseBuild = max(p.baseGen, gen), b
 	p.mu.Unlock()
 	p.note(pos, cur)
 }

@@ -72,11 +72,16 @@ const DefaultHeadTimeout = 5 * time.Second
 //     was committed before it started, and fails open when it falls more
 //     than MaxLag behind, or when the heartbeat stops (see HeadTimeout).
 //
-// Bootstrap and Rebuild return ErrSnapshotOnly: a filter Follow would
-// rebuild (overfilled, truncated table) stays as it is, which costs false
-// positives but never a false negative, until the instance starts again
-// from a newer snapshot of the feeder. Confirm does nothing. An Instance is
-// safe for concurrent use.
+//   - Follows the feeder's rebuilds: each snapshot record carries the
+//     generation of its filter (one more with every bootstrap or rebuild of
+//     the feeder's gate). When Head sees a record of a newer generation it
+//     ends the running Stream, and Follow fails open briefly and loads the
+//     new filter: an instance's false-positive rate follows the feeder's
+//     while it runs, without a restart.
+//
+// Bootstrap and Rebuild return ErrSnapshotOnly: instances never scan the
+// database; their rebuilds are the feeder's. Confirm does nothing. An
+// Instance is safe for concurrent use.
 type Instance struct {
 	b   Backend
 	cfg InstanceConfig
@@ -84,15 +89,22 @@ type Instance struct {
 	mu        sync.Mutex
 	marks     map[changefeed.Position]start // snapshot and batch ends
 	hb        Heartbeat
-	hbChanged time.Time // when hb.Beat last changed
-	skipLocal bool      // the local snapshot led to a gap
+	hbChanged time.Time               // when hb.Beat last changed
+	skipLocal bool                    // the local snapshot led to a gap
+	gen       uint64                  // the generation of the filter loaded
+	restart   context.CancelCauseFunc // ends the running Stream
 }
+
+// errNewFilter ends a Stream when the feeder has recorded a snapshot of a
+// newer filter (it rebuilt or bootstrapped): Follow loads it.
+var errNewFilter = errors.New("fanout: the feeder recorded a snapshot of a newer filter; loading it")
 
 // start is where a Stream from a position reads: after cur, with the term
 // of the batch before it.
 type start struct {
 	cur   Cursor
 	term  uint64
+	gen   uint64
 	local bool
 }
 
@@ -140,18 +152,19 @@ func (s *instanceSnapshots) Load(ctx context.Context, try func(r io.Reader) erro
 	return ss.Load(ctx, try)
 }
 
-func (in *Instance) loaded(pos changefeed.Position, cur Cursor, term uint64, local bool) {
+func (in *Instance) loaded(pos changefeed.Position, cur Cursor, term, gen uint64, local bool) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	clear(in.marks)
-	in.marks[pos] = start{cur, term, local}
+	in.marks[pos] = start{cur, term, gen, local}
+	in.gen = gen
 }
 
-func (in *Instance) cursorOf(pos changefeed.Position) (Cursor, uint64, bool) {
+func (in *Instance) cursorOf(pos changefeed.Position) (Cursor, uint64, uint64, bool) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	s, ok := in.marks[pos]
-	return s.cur, s.term, ok
+	return s.cur, s.term, in.gen, ok
 }
 
 // Bootstrap returns ErrSnapshotOnly.
@@ -174,7 +187,12 @@ func (in *Instance) Stream(ctx context.Context, from changefeed.Position, apply 
 		return fmt.Errorf("%w: no log cursor known for position %v", ErrGap, from)
 	}
 	pos, term, prev := from, st.term, st.cur
-	err := in.b.Log.Read(ctx, st.cur, func(e Entry) error {
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	in.mu.Lock()
+	in.restart = cancel
+	in.mu.Unlock()
+	err := in.b.Log.Read(sctx, st.cur, func(e Entry) error {
 		b, err := DecodeBatch(e.Data, in.b.Key)
 		if err != nil {
 			return fmt.Errorf("%w: entry %s: %w", ErrGap, e.Cursor, err)
@@ -195,13 +213,16 @@ func (in *Instance) Stream(ctx context.Context, from changefeed.Position, apply 
 			}
 			pos = t.End
 			if i < len(txns)-1 {
-				in.mark(pos, start{prev, term, false})
+				in.mark(pos, start{prev, term, 0, false})
 			}
 		}
 		term, prev = b.Term, e.Cursor
-		in.mark(b.End(), start{e.Cursor, b.Term, false})
+		in.mark(b.End(), start{e.Cursor, b.Term, 0, false})
 		return nil
 	})
+	if ctx.Err() == nil && errors.Is(context.Cause(sctx), errNewFilter) {
+		return errNewFilter
+	}
 	if errors.Is(err, ErrGap) && st.local {
 		in.mu.Lock()
 		in.skipLocal = true
@@ -281,6 +302,7 @@ func (in *Instance) Head(ctx context.Context) (changefeed.Position, error) {
 	if err != nil {
 		return 0, err
 	}
+	in.checkFilter(ctx)
 	in.mu.Lock()
 	age := time.Since(in.hbChanged)
 	in.mu.Unlock()
@@ -288,6 +310,27 @@ func (in *Instance) Head(ctx context.Context) (changefeed.Position, error) {
 		return 0, fmt.Errorf("%w: unchanged for %v", ErrStaleHead, age.Round(time.Millisecond))
 	}
 	return h.Head, nil
+}
+
+// checkFilter ends the running Stream when the newest snapshot record is
+// of a newer filter than the one loaded, so that Follow loads it: running
+// instances follow the feeder's rebuilds (an overfilled filter, say).
+func (in *Instance) checkFilter(ctx context.Context) {
+	v, _, err := in.b.Store.Get(ctx, keySnapshot)
+	if err != nil {
+		return
+	}
+	r, err := decodeRecord(v, in.b.Key)
+	if err != nil {
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if r.Gen > in.gen && in.restart != nil {
+		in.b.Logger.Info("bloomgate: fan-out instance loads the feeder's newer filter", "set", in.b.Name, "generation", r.Gen, "position", r.Position)
+		in.restart(errNewFilter)
+		in.restart = nil
+	}
 }
 
 // Confirm does nothing: the log keeps its entries for its own retention.

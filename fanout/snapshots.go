@@ -17,15 +17,18 @@ import (
 
 // record is a snapshot record: the snapshot at Position, the log's cursor
 // to read after it, the object holding it, its size and SHA-256, and the
-// term of the feeder that took it. Encoded by appendRecord:
+// term of the feeder that took it, and the generation of its filter (one
+// more with every filter the feeder builds: a bootstrap, a rebuild).
+// Encoded by appendRecord:
 //
-//	version | flags | term u64 | position u64 | size u64 | sha256 [32] |
+//	version | flags | term u64 | position u64 | size u64 | gen u64 | sha256 [32] |
 //	cursor length uvarint | cursor | object length uvarint | object |
 //	[MAC] | CRC
 type record struct {
 	Term     uint64
 	Position changefeed.Position
 	Size     uint64
+	Gen      uint64
 	Digest   [sha256.Size]byte
 	Cursor   Cursor
 	Object   string
@@ -37,6 +40,7 @@ func appendRecord(dst []byte, r record, key []byte) []byte {
 	dst = binary.LittleEndian.AppendUint64(dst, r.Term)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.Position))
 	dst = binary.LittleEndian.AppendUint64(dst, r.Size)
+	dst = binary.LittleEndian.AppendUint64(dst, r.Gen)
 	dst = append(dst, r.Digest[:]...)
 	dst = binary.AppendUvarint(dst, uint64(len(r.Cursor)))
 	dst = append(dst, r.Cursor...)
@@ -50,16 +54,17 @@ func decodeRecord(p []byte, key []byte) (record, error) {
 	if err != nil {
 		return record{}, err
 	}
-	if len(body) < 2+24+sha256.Size {
+	if len(body) < 2+32+sha256.Size {
 		return record{}, fmt.Errorf("%w: snapshot record of %d bytes", ErrCorrupt, len(body))
 	}
 	r := record{
 		Term:     binary.LittleEndian.Uint64(body[2:]),
 		Position: changefeed.Position(binary.LittleEndian.Uint64(body[10:])),
 		Size:     binary.LittleEndian.Uint64(body[18:]),
+		Gen:      binary.LittleEndian.Uint64(body[26:]),
 	}
-	copy(r.Digest[:], body[26:])
-	d := decoder{p: body[26+sha256.Size:]}
+	copy(r.Digest[:], body[34:])
+	d := decoder{p: body[34+sha256.Size:]}
 	str := func() string {
 		n := d.count(1)
 		if d.err != nil || n > uint64(len(d.p)) {
@@ -98,9 +103,10 @@ type snapshots struct {
 	pub   *publisher              // the feeder's; nil on an instance
 	local bloomgate.SnapshotStore // an instance's own, or nil
 	// loaded is told the record (or local cursor) a Load used.
-	loaded func(pos changefeed.Position, cur Cursor, term uint64, local bool)
-	// cursorOf returns the cursor after pos (an instance's local Save).
-	cursorOf func(pos changefeed.Position) (Cursor, uint64, bool)
+	loaded func(pos changefeed.Position, cur Cursor, term, gen uint64, local bool)
+	// cursorOf returns the cursor after pos, its term and the filter's
+	// generation (an instance's local Save).
+	cursorOf func(pos changefeed.Position) (Cursor, uint64, uint64, bool)
 }
 
 var _ bloomgate.SnapshotStore = (*snapshots)(nil)
@@ -112,12 +118,12 @@ func (ss *snapshots) Save(ctx context.Context, pos changefeed.Position, write fu
 		if ss.local == nil {
 			return nil
 		}
-		cur, term, ok := ss.cursorOf(pos)
+		cur, term, gen, ok := ss.cursorOf(pos)
 		if !ok {
 			return fmt.Errorf("fanout: local snapshot at %v: no log cursor known for it", pos)
 		}
 		return ss.local.Save(ctx, pos, func(w io.Writer) error {
-			if _, err := w.Write(localHeader(cur, term)); err != nil {
+			if _, err := w.Write(localHeader(cur, term, gen)); err != nil {
 				return err
 			}
 			return write(w)
@@ -127,7 +133,7 @@ func (ss *snapshots) Save(ctx context.Context, pos changefeed.Position, write fu
 	if !ok {
 		return fmt.Errorf("fanout: snapshot at %v: no log cursor known for it", pos)
 	}
-	rec := record{Term: ss.pub.term, Position: pos, Cursor: cur, Object: fmt.Sprintf("%016x-%016x", uint64(pos), ss.pub.term)}
+	rec := record{Term: ss.pub.term, Position: pos, Cursor: cur, Gen: ss.pub.gen(), Object: fmt.Sprintf("%016x-%016x", uint64(pos), ss.pub.term)}
 	pr, pw := io.Pipe()
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(pw, h)}
@@ -245,11 +251,12 @@ func (ss *snapshots) Load(ctx context.Context, try func(r io.Reader) error) erro
 		errs = append(errs, err)
 	}
 	var newest changefeed.Position
+	var gen uint64
 	if len(recs) > 0 {
-		newest = recs[0].Position
+		newest, gen = recs[0].Position, recs[0].Gen
 	}
 	if ss.local != nil {
-		if lerr := ss.loadLocal(ctx, newest, try); lerr == nil {
+		if lerr := ss.loadLocal(ctx, newest, gen, try); lerr == nil {
 			return nil
 		} else if ctx.Err() != nil {
 			return ctx.Err()
@@ -260,7 +267,7 @@ func (ss *snapshots) Load(ctx context.Context, try func(r io.Reader) error) erro
 	for _, r := range recs {
 		err := ss.loadRecord(ctx, r, try)
 		if err == nil {
-			ss.loaded(r.Position, r.Cursor, r.Term, false)
+			ss.loaded(r.Position, r.Cursor, r.Term, r.Gen, false)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -270,7 +277,7 @@ func (ss *snapshots) Load(ctx context.Context, try func(r io.Reader) error) erro
 	}
 	if ss.local != nil && len(recs) > 0 {
 		// The feeder's failed: an older local one beats none.
-		if err := ss.loadLocal(ctx, 0, try); err == nil {
+		if err := ss.loadLocal(ctx, 0, 0, try); err == nil {
 			return nil
 		}
 	}
@@ -310,32 +317,34 @@ func (ss *snapshots) loadRecord(ctx context.Context, r record, try func(io.Reade
 
 // localMagic starts an instance's local snapshot: the log cursor and term
 // it continues from, then bloomgate's snapshot.
-const localMagic = "BGFANOUT1"
+const localMagic = "BGFANOUT2"
 
-func localHeader(cur Cursor, term uint64) []byte {
+func localHeader(cur Cursor, term, gen uint64) []byte {
 	b := append([]byte(localMagic), byte(len(cur)))
 	b = append(b, cur...)
-	return binary.LittleEndian.AppendUint64(b, term)
+	b = binary.LittleEndian.AppendUint64(b, term)
+	return binary.LittleEndian.AppendUint64(b, gen)
 }
 
-func (ss *snapshots) loadLocal(ctx context.Context, atLeast changefeed.Position, try func(io.Reader) error) error {
+func (ss *snapshots) loadLocal(ctx context.Context, atLeast changefeed.Position, minGen uint64, try func(io.Reader) error) error {
 	return ss.local.Load(ctx, func(r io.Reader) error {
 		br := bufio.NewReaderSize(r, 1<<16)
 		hdr := make([]byte, len(localMagic)+1)
 		if _, err := io.ReadFull(br, hdr); err != nil || !strings.HasPrefix(string(hdr), localMagic) {
 			return fmt.Errorf("%w: not a fan-out instance's local snapshot", ErrCorrupt)
 		}
-		rest := make([]byte, int(hdr[len(localMagic)])+8)
+		rest := make([]byte, int(hdr[len(localMagic)])+16)
 		if _, err := io.ReadFull(br, rest); err != nil {
 			return fmt.Errorf("%w: local snapshot header: %v", ErrCorrupt, err)
 		}
-		cur := Cursor(rest[:len(rest)-8])
-		term := binary.LittleEndian.Uint64(rest[len(rest)-8:])
+		cur := Cursor(rest[:len(rest)-16])
+		term := binary.LittleEndian.Uint64(rest[len(rest)-16:])
+		gen := binary.LittleEndian.Uint64(rest[len(rest)-8:])
 		pos, ok := snapshotPosition(br)
 		if !ok {
 			return fmt.Errorf("%w: local snapshot header", ErrCorrupt)
 		}
-		if pos < atLeast {
+		if pos < atLeast || gen < minGen {
 			return errOlder
 		}
 		var left int64
@@ -345,7 +354,7 @@ func (ss *snapshots) loadLocal(ctx context.Context, atLeast changefeed.Position,
 		if err := try(&sizedReader{r: br, left: left}); err != nil {
 			return err
 		}
-		ss.loaded(pos, cur, term, true)
+		ss.loaded(pos, cur, term, gen, true)
 		return nil
 	})
 }

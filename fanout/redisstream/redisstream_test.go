@@ -319,3 +319,100 @@ func TestRedisOpenNeverWeakens(t *testing.T) {
 	}
 	t.Logf("Open with another MaxLen: %v", err)
 }
+
+// TestRedisInstancesFollowRebuilds: the table grows 4× while instances run.
+// The feeder's gate rebuilds its overfilled filter and records a snapshot
+// of the new one; every running instance loads it without a restart. Every
+// row stays "maybe" on every instance throughout, and once the rebuilds
+// are done each instance's measured false-positive rate is within 2× the
+// target.
+func TestRedisInstancesFollowRebuilds(t *testing.T) {
+	testsvc.Short(t, "a table growing 4× under running instances")
+	const fpRate = 0.01
+	set, _, _ := openSet(t)
+	pg := fanouttest.NewPG(t, 5000)
+	gcfg := bloomgate.Config{Source: pg.Source, FPRate: fpRate, CheckInterval: 100 * time.Millisecond}
+	fg, err := bloomgate.New(gcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := set.NewFeeder(redisstream.FeederConfig{Feed: pg.Feed(t), Gate: fg, HeartbeatInterval: testHeartbeat,
+		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Hour, MaxLag: testMaxLag}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; fg.Close() })
+	var insts []*bloomgate.Gate
+	for range 2 {
+		g, err := bloomgate.New(gcfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := set.NewInstance(redisstream.InstanceConfig{HeadTimeout: 10 * testHeartbeat})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ictx, icancel := context.WithCancel(context.Background())
+		idone := make(chan struct{})
+		go func() {
+			g.Follow(ictx, in, bloomgate.FollowConfig{Identity: "users.email", Snapshots: in.Snapshots(), MaxLag: testMaxLag, SnapshotInterval: time.Hour})
+			close(idone)
+		}()
+		t.Cleanup(func() { icancel(); <-idone; g.Close() })
+		testsvc.Eventually(t, 30*time.Second, g.Ready, "instance ready")
+		insts = append(insts, g)
+	}
+	fp := func(g *bloomgate.Gate, n int) float64 {
+		pos := 0
+		for i := range n {
+			if g.MayContain([]byte(fmt.Sprintf("never-%d-%d@y", time.Now().UnixNano(), i))) {
+				pos++
+			}
+		}
+		return float64(pos) / float64(n)
+	}
+	for i, g := range insts {
+		t.Logf("instance %d before the growth: FP %.4f (target %.4f)", i, fp(g, 5000), fpRate)
+	}
+	var tok changefeed.Position
+	var fn int
+	for step := range 6 {
+		if tok, err = pg.InsertMany(context.Background(), fmt.Sprintf("g%d-", step), 2500); err != nil {
+			t.Fatal(err)
+		}
+		for i, g := range insts {
+			testsvc.Eventually(t, 30*time.Second, func() bool { return g.Position() >= tok }, "instance %d applies step %d", i, step)
+			for j := range 2500 {
+				if !g.MayContainAt([]byte(fmt.Sprintf("g%d-%d@x", step, j)), tok) {
+					fn++
+				}
+			}
+			t.Logf("step %d (%d rows): instance %d ready %v, FP %.4f", step, 5000+2500*(step+1), i, g.Ready(), fp(g, 2000))
+		}
+	}
+	// Once the feeder's rebuild is recorded, every instance loads it.
+	for i, g := range insts {
+		var last float64
+		ok := false
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			if g.Ready() {
+				if last = fp(g, 5000); last <= 2*fpRate {
+					ok = true
+					break
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("instance %d after the growth to 20000 rows: FP %.4f (target %.4f)", i, last, fpRate)
+		if !ok {
+			t.Errorf("instance %d: FP %.4f after the growth, above 2× the target %.4f", i, last, fpRate)
+		}
+	}
+	if fn > 0 {
+		t.Fatalf("%d false negatives", fn)
+	}
+}
