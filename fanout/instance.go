@@ -67,6 +67,7 @@ const DefaultHeadTimeout = 5 * time.Second
 //     feeder that started a new history — is an error wrapping ErrGap
 //     (and changefeed.ErrRebuild): Follow fails open and starts again from
 //     the newest snapshot.
+//
 //   - Bounded staleness: Head is the feeder's heartbeat (the database's
 //     newest position), so the gate is ready only once it has applied what
 //     was committed before it started, and fails open when it falls more
