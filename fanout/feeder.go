@@ -488,16 +488,19 @@ func (p *publisher) publishLoop(ctx context.Context, q <-chan changefeed.Txn, pr
 			return err
 		}
 		end := batch[len(batch)-1].End
-		cur, err := p.append(ctx, after, buf, end)
-		if err != nil {
-			return err
-		}
+		// The database has reached end (the feed delivered it): say so in
+		// the heartbeat while the batch is appended, so that instances find
+		// it covered when they read it.
 		p.mu.Lock()
 		p.published = max(p.published, end)
 		p.mu.Unlock()
 		select {
 		case p.beat <- struct{}{}:
 		default:
+		}
+		cur, err := p.append(ctx, after, buf, end)
+		if err != nil {
+			return err
 		}
 		if log := p.f.b.Logger; log.Enabled(ctx, slog.LevelDebug) {
 			log.Debug("bloomgate: feeder published", "cursor", cur, "txns", len(batch), "bytes", len(buf),

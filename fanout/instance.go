@@ -271,7 +271,7 @@ func (in *Instance) vouch(ctx context.Context, b Batch, cur Cursor) error {
 				ErrGap, cur, b.Term, b.End(), h.Term, h.Head)
 		}
 		sleep(ctx, wait)
-		wait = min(2*wait, 50*time.Millisecond)
+		wait = min(2*wait, 5*time.Millisecond)
 	}
 }
 
