@@ -72,7 +72,7 @@ func freeAddr(t *testing.T) string {
 // server is a running `bloomgate serve` process.
 type server struct {
 	cmd    *exec.Cmd
-	stderr *strings.Builder
+	stderr *syncBuffer
 	done   chan struct{} // closed when the process has exited
 	err    error         // its exit status, once done is closed
 }
@@ -91,8 +91,8 @@ func startServe(t *testing.T, bin string, args ...string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, stderr: &strings.Builder{}, done: make(chan struct{})}
-	cmd.Stderr = &lockedWriter{w: s.stderr}
+	s := &server{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -115,15 +115,23 @@ func startServe(t *testing.T, bin string, args ...string) *server {
 	return s
 }
 
-type lockedWriter struct {
+// syncBuffer collects a process's stderr; the copying goroutine writes while
+// the test reads, so both take the lock.
+type syncBuffer struct {
 	mu sync.Mutex
-	w  io.Writer
+	b  strings.Builder
 }
 
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // TestKill9 kills the server with SIGKILL in the middle of a write load and
