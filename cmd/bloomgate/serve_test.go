@@ -270,25 +270,34 @@ func TestProtectedMode(t *testing.T) {
 	}
 }
 
-// TestServeConfigSQLiteSet starts the binary with a config file declaring an
-// SQLite-backed set with a confirm query.
-func TestServeConfigSQLiteSet(t *testing.T) {
-	bin := buildBinary(t)
-	dir := t.TempDir()
+// sqliteUsers writes dir/app.db with a users table holding u0..u(n-1)
+// @example.com and returns its path.
+func sqliteUsers(t *testing.T, dir string, n int) string {
+	t.Helper()
 	dbPath := filepath.Join(dir, "app.db")
 	db, err := sqlite.Open(dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer db.Close()
 	users := demo.SQLiteUsers{DB: db, Table: "users"}
 	ctx := context.Background()
 	if err := users.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := users.Load(ctx, 100, func(i int) string { return fmt.Sprintf("u%d@example.com", i) }); err != nil {
+	if err := users.Load(ctx, n, func(i int) string { return fmt.Sprintf("u%d@example.com", i) }); err != nil {
 		t.Fatal(err)
 	}
-	db.Close()
+	return dbPath
+}
+
+// TestServeConfigSQLiteSet starts the binary with a config file declaring an
+// SQLite-backed set with a confirm query.
+func TestServeConfigSQLiteSet(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	dbPath := sqliteUsers(t, dir, 100)
+	ctx := context.Background()
 	respAddr, httpAddr := freeAddr(t), freeAddr(t)
 	conf := filepath.Join(dir, "bloomgate.conf")
 	os.WriteFile(conf, []byte(fmt.Sprintf(`resp %s
