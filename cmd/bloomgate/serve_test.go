@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 
 // buildBinary builds the bloomgate command into a temporary directory, once
 // per test binary.
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "bloomgate-serve-test")
@@ -59,7 +59,7 @@ func buildBinary(t *testing.T) string {
 }
 
 // freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -84,7 +84,7 @@ func (s *server) wait() error {
 }
 
 // startServe runs `bloomgate serve args…` and waits for its ready line.
-func startServe(t *testing.T, bin string, args ...string) *server {
+func startServe(t testing.TB, bin string, args ...string) *server {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
