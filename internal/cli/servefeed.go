@@ -116,7 +116,7 @@ func openKeeper(ctx context.Context, d setDecl, sc serve.SetConfig, dataDir stri
 		if err != nil {
 			return nil, closers, fmt.Errorf("set %q: redis: %w", d.Name, timeoutHint(err, cctx, timeout))
 		}
-		inst, err := set.NewInstance(redisstream.InstanceConfig{})
+		inst, err := set.NewInstance(redisstream.InstanceConfig{Local: local})
 		if err != nil {
 			return nil, closers, fmt.Errorf("set %q: %w", d.Name, err)
 		}
