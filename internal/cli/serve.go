@@ -27,7 +27,7 @@ import (
 const serveUsage = `usage: bloomgate serve [-config FILE] [-resp ADDR] [-http ADDR] [-data DIR] [-requirepass PASSWORD] [-appendfsync POLICY]
 
 Serves filters over the Redis protocol (RedisBloom's BF.* and CF.* commands,
-plus BG.EXISTS) and over HTTP (JSON under /v1, /metrics, /healthz, /readyz).
+plus BG.EXISTS and BG.X* for items that expire) and over HTTP (JSON under /v1, /metrics, /healthz, /readyz).
 With no config file it serves standalone filters; the config file declares
 table-backed sets (docs/serve.md describes its format).
 
