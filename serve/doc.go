@@ -2,7 +2,7 @@
 // filters that the Redis protocol (package serve/resp) and the HTTP API
 // (package serve/httpapi) expose.
 //
-// The keyspace holds two kinds of key:
+// The keyspace holds three kinds of key:
 //
 //   - Standalone filters, created by clients as with RedisBloom: a Bloom key
 //     (BF.*) is a scalable Bloom filter (filter.Scalable), a cuckoo key (CF.*)
