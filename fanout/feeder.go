@@ -269,7 +269,7 @@ func (p *publisher) heartbeat(ctx context.Context) {
 		head := max(p.dbHead, p.published)
 		p.mu.Unlock()
 		beat = max(beat+1, uint64(time.Now().UnixNano()))
-		buf = appendHeartbeat(buf[:0], Heartbeat{Term: p.term, Head: head, Beat: beat}, p.f.b.Key)
+		buf = appendHeartbeat(buf[:0], beatValue{Term: p.term, Head: head, Beat: beat}, p.f.b.Key)
 		if err := p.f.b.Store.Put(ctx, keyHead, buf); err != nil && ctx.Err() == nil {
 			p.f.b.Logger.Warn("bloomgate: feeder heartbeat", "set", p.f.b.Name, "err", err)
 		}
