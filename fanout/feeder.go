@@ -12,6 +12,7 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
@@ -156,7 +157,7 @@ func (f *Feeder) acquire(ctx context.Context, lease Lease) (uint64, error) {
 		if !errors.Is(err, ErrHeld) {
 			f.b.Logger.Warn("bloomgate: feeder lease", "set", f.b.Name, "err", err)
 		}
-		if !sleep(ctx, every) {
+		if backoff.Sleep(ctx, every) != nil {
 			return 0, ctx.Err()
 		}
 	}
@@ -527,7 +528,7 @@ func (p *publisher) publishLoop(ctx context.Context, q <-chan changefeed.Txn, pr
 // attempts until ctx is done. Fenced while the lease is still ours, the
 // entry after ours is someone else's: a new history (errHeal).
 func (p *publisher) append(ctx context.Context, after Cursor, data []byte, end changefeed.Position) (Cursor, error) {
-	backoff := 50 * time.Millisecond
+	bo := backoff.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for {
 		actx, cancel := context.WithTimeout(ctx, p.f.cfg.PublishTimeout)
 		cur, err := p.f.b.Log.Append(actx, after, data)
@@ -549,9 +550,8 @@ func (p *publisher) append(ctx context.Context, after Cursor, data []byte, end c
 			return "", ctx.Err()
 		}
 		p.f.b.Logger.Warn("bloomgate: feeder append failed, retrying", "set", p.f.b.Name, "end", end, "err", err)
-		if !sleep(ctx, backoff) {
+		if bo.Wait(ctx) != nil {
 			return "", ctx.Err()
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
@@ -270,7 +271,7 @@ func (in *Instance) vouch(ctx context.Context, b Batch, cur Cursor) error {
 			return fmt.Errorf("%w: entry %s (term %d, end %v) is beyond the feeder's heartbeat (term %d, database head %v)",
 				ErrGap, cur, b.Term, b.End(), h.Term, h.Head)
 		}
-		sleep(ctx, wait)
+		backoff.Sleep(ctx, wait)
 		wait = min(2*wait, 5*time.Millisecond)
 	}
 }
