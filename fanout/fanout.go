@@ -358,7 +358,7 @@ func Continue(pos changefeed.Position, b Batch) ([]changefeed.Txn, error) {
 }
 
 // beatValue is the feeder's signal to instances, written every
-// FeederConfig.HeartbeatInterval and after every batch: the lease term it
+// FeederConfig.HeartbeatInterval and with every batch: the lease term it
 // publishes under and the database's newest position it knows of. Beat
 // grows with every write, so a heartbeat that stops changing is stale.
 type beatValue struct {

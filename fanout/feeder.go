@@ -34,7 +34,7 @@ type FeederConfig struct {
 	// the start time.
 	ID string
 	// HeartbeatInterval is how often the lease holder writes the database's
-	// newest position to the heartbeat (it also writes it after every
+	// newest position to the heartbeat (it also writes it with every
 	// batch). Default: 1 s.
 	HeartbeatInterval time.Duration
 	// MaxBatch bounds the transactions per message. Default: 256.
