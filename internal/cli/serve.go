@@ -25,6 +25,7 @@ import (
 )
 
 const serveUsage = `usage: bloomgate serve [-config FILE] [-resp ADDR] [-http ADDR] [-data DIR] [-requirepass PASSWORD] [-appendfsync POLICY]
+       bloomgate serve check [-data DIR] [-repair]
 
 Serves filters over the Redis protocol (RedisBloom's BF.* and CF.* commands,
 plus BG.EXISTS) and over HTTP (JSON under /v1, /metrics, /healthz, /readyz).
@@ -40,6 +41,9 @@ flags:
 `
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "check" {
+		return runServeCheck(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveUsage)
@@ -142,12 +146,18 @@ func serveMain(ctx context.Context, file *serveFile, log *slog.Logger, stdout io
 	if err != nil {
 		return err
 	}
+	expiringSets, closeExpiring, err := openExpiringSets(ctx, file.Sets)
+	defer closeExpiring()
+	if err != nil {
+		return err
+	}
 	store, err := serve.Open(serve.Config{
 		DataDir:          file.Data,
 		Fsync:            serve.Fsync(file.Fsync),
 		SnapshotInterval: file.SnapshotInterval,
 		MaxMemory:        file.MaxMemory,
 		Sets:             sets,
+		ExpiringSets:     expiringSets,
 		Logger:           log,
 	})
 	if err != nil {
@@ -236,6 +246,9 @@ func openSets(ctx context.Context, decls []setDecl, dataDir string, reg promethe
 	}
 	var out []serve.SetConfig
 	for _, d := range decls {
+		if d.Kind == "expiring" {
+			continue // openExpiringSets
+		}
 		sc := serve.SetConfig{Name: d.Name, Kind: d.Kind, FPRate: d.FPRate, Capacity: d.Capacity,
 			RebuildInterval: d.RebuildInterval, Registerer: reg}
 		if d.Normalize == "lowertrim" {
