@@ -86,10 +86,19 @@ func (f *Bloom) Bytes() uint64 { return uint64(len(f.words)) * 8 }
 // Add inserts key. It always returns nil: a Bloom takes any number of keys
 // (past Capacity the false-positive rate rises above FPRate), and from then
 // on MayContain(key) is true for the filter's whole life.
-func (f *Bloom) Add(key []byte) error { f.addHash(Hash(key, f.seed)); return nil }
+func (f *Bloom) Add(key []byte) error { addKey(f, key); return nil }
 
 // AddString is Add for a string key. It always returns nil.
-func (f *Bloom) AddString(key string) error { f.addHash(HashString(key, f.seed)); return nil }
+func (f *Bloom) AddString(key string) error { addKey(f, key); return nil }
+
+// addKey hashes key inline (lookupKey) and sets its bits, unless they are
+// all set already: then it skips the locked instructions.
+func addKey[T string | []byte](f *Bloom, key T) {
+	if h, present := lookupKey(f, key); !present {
+		f.setBits(h)
+	}
+	f.items.Add(1)
+}
 
 // MayContain reports whether key may be in the filter.
 func (f *Bloom) MayContain(key []byte) bool {
@@ -119,6 +128,13 @@ const probeMul = 0x9E3779B97F4A7C15
 func (f *Bloom) AddHash(h uint64) error { f.addHash(h); return nil }
 
 func (f *Bloom) addHash(h uint64) {
+	f.setBits(h)
+	f.items.Add(1)
+}
+
+// setBits sets h's K bits with atomic OR, one locked instruction per word
+// that lacks one of them.
+func (f *Bloom) setBits(h uint64) {
 	b := f.block(h)
 	var m [blockWords]uint64
 	g := h
@@ -133,7 +149,6 @@ func (f *Bloom) addHash(h uint64) {
 			atomic.OrUint64(&b[j], m[j])
 		}
 	}
-	f.items.Add(1)
 }
 
 // MayContainHash reports whether the key with hash h may be in the filter.
