@@ -24,6 +24,10 @@
 // One Feeder per set (any number may run; the lease picks one) follows the
 // database and publishes; every instance runs bloomgate.Gate.Follow over an
 // Instance and its Snapshots. See Feeder and Instance for their guarantees.
+//
+// A Set, its Feeders and its Instances are safe for concurrent use.
+// docs/design.md tabulates the guarantees and their tests; docs/operations.md
+// lists the JetStream settings.
 package jetstream
 
 import (

@@ -35,6 +35,9 @@
 // Trimming (Config.MaxLen) is silent in Redis (XREAD from a trimmed ID
 // returns the oldest surviving entries); instances detect it from each
 // batch's previous position. Redis pub/sub is not used.
+//
+// A Set, its Feeders and its Instances are safe for concurrent use.
+// docs/operations.md lists the Redis settings.
 package redisstream
 
 import (
