@@ -86,19 +86,10 @@ func (f *Bloom) Bytes() uint64 { return uint64(len(f.words)) * 8 }
 // Add inserts key. It always returns nil: a Bloom takes any number of keys
 // (past Capacity the false-positive rate rises above FPRate), and from then
 // on MayContain(key) is true for the filter's whole life.
-func (f *Bloom) Add(key []byte) error { addKey(f, key); return nil }
+func (f *Bloom) Add(key []byte) error { f.addHash(Hash(key, f.seed)); return nil }
 
 // AddString is Add for a string key. It always returns nil.
-func (f *Bloom) AddString(key string) error { addKey(f, key); return nil }
-
-// addKey hashes key inline (lookupKey) and sets its bits, unless they are
-// all set already: then it skips the locked instructions.
-func addKey[T string | []byte](f *Bloom, key T) {
-	if h, present := lookupKey(f, key); !present {
-		f.setBits(h)
-	}
-	f.items.Add(1)
-}
+func (f *Bloom) AddString(key string) error { f.addHash(HashString(key, f.seed)); return nil }
 
 // MayContain reports whether key may be in the filter.
 func (f *Bloom) MayContain(key []byte) bool {
