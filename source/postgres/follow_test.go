@@ -12,6 +12,7 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
@@ -97,7 +98,8 @@ func TestGateFollowsEveryWriter(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(100 * time.Millisecond) // writers before the bootstrap
+	// Writers before the bootstrap.
+	testsvc.Eventually(t, waitLimit, func() bool { return seq.Load() > 10 }, "the writers did not start")
 	feed := fx.feed(t)
 	g, stop := followGate(t, fx, feed, fcfg)
 
@@ -119,9 +121,8 @@ func TestGateFollowsEveryWriter(t *testing.T) {
 	stopWriters()
 	wg.Wait()
 	final := head(t, fx)
-	for g.Stats().FeedPosition < uint64(final) || !g.Ready() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testsvc.Eventually(t, waitLimit, func() bool { return g.Stats().FeedPosition >= uint64(final) && g.Ready() },
+		"the gate did not catch up with %s", final)
 	keys := fx.tableKeys(t)
 	for k := range keys {
 		if !g.MayContainString(k) {
@@ -170,9 +171,8 @@ func TestGateFollowStaleSnapshot(t *testing.T) {
 	fx.exec(t, "INSERT INTO "+fx.table+" (email) VALUES ('second@example.com')")
 	other := bloomgate.FollowConfig{Identity: fx.table, Snapshots: bloomgate.DirSnapshots(t.TempDir())}
 	g2, stop2 := followGate(t, fx, fx.feed(t), other) // moves the slot past P1
-	for g2.Stats().FeedPosition < uint64(head(t, fx)) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	target := head(t, fx)
+	testsvc.Eventually(t, waitLimit, func() bool { return g2.Stats().FeedPosition >= uint64(target) }, "the second gate did not reach %s", target)
 	stop2()
 	fx.exec(t, "INSERT INTO "+fx.table+" (email) VALUES ('third@example.com')")
 	g3, stop3 := followGate(t, fx, fx.feed(t), old)

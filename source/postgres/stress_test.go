@@ -14,6 +14,7 @@ import (
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/filter"
 	"github.com/bloomgate/bloomgate/internal/demo"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
 
 // committedKeys is the test's own record of the rows that are committed and
@@ -48,6 +49,7 @@ func (c *committedKeys) get(i int) string { return c.keys[i] }
 // is committed and not being deleted is a false negative. Lookups per kind:
 // BLOOMGATE_STRESS_LOOKUPS (default 2,500,000: 10 M over the four kinds).
 func TestStressNoFalseNegatives(t *testing.T) {
+	testsvc.Short(t, "stress: 300,000-row tables, writers, rebuilds and COPY kills per filter kind")
 	lookups := int64(2_500_000)
 	if s := os.Getenv("BLOOMGATE_STRESS_LOOKUPS"); s != "" {
 		var err error
