@@ -83,9 +83,7 @@ func instance(t *testing.T, set *redisstream.Set, pg *fanouttest.PG) (*bloomgate
 		close(done)
 	}()
 	t.Cleanup(func() { cancel(); <-done; g.Close() })
-	for !g.Ready() {
-		time.Sleep(time.Millisecond)
-	}
+	testsvc.Eventually(t, time.Minute, g.Ready, "instance not ready")
 	return g, time.Since(start)
 }
 
@@ -170,16 +168,12 @@ func TestRedisFanout(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	wg.Wait()
-	for poll(); len(pending) > 0; poll() {
-		time.Sleep(time.Millisecond)
-	}
+	testsvc.Eventually(t, time.Minute, func() bool { poll(); return len(pending) == 0 }, "the first instance did not apply every row")
 	var final changefeed.Position
 	for _, r := range rows {
 		final = max(final, r.token)
 	}
-	for g2.Position() < final {
-		time.Sleep(time.Millisecond)
-	}
+	testsvc.Eventually(t, time.Minute, func() bool { return g2.Position() >= final }, "the second instance did not reach %s", final)
 	fn := 0
 	for _, g := range []*bloomgate.Gate{g1, g2} {
 		for _, r := range rows {
@@ -205,16 +199,13 @@ func TestRedisTrimmedIsRebuild(t *testing.T) {
 	runFeeder(t, set, pg, "A")
 	g, _ := instance(t, set, pg)
 	var tok changefeed.Position
-	insert := func(prefix string) {
+	insert := func(prefix string) { // each row applied before the next: one batch each
 		for i := range 20 {
 			var err error
 			if tok, err = pg.Insert(context.Background(), fmt.Sprintf("%s%d@x", prefix, i)); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(2 * time.Millisecond) // separate batches
-		}
-		for g.Position() < tok {
-			time.Sleep(time.Millisecond)
+			testsvc.Eventually(t, time.Minute, func() bool { return g.Position() >= tok }, "the instance did not apply %s", tok)
 		}
 	}
 	insert("a")
