@@ -200,4 +200,3 @@ func testDB(t *testing.T) (demo.PostgresUsers, string) {
 	})
 	return demo.PostgresUsers{Pool: pool, Table: schema + ".users"}, schema
 }
-
