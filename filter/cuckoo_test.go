@@ -125,7 +125,7 @@ func encode(t testing.TB, f filter.Filter) []byte {
 // through a failed insert, removing half and adding it back.
 func TestCuckooFillUntilFull(t *testing.T) {
 	n := 100_000
-	if raceEnabled {
+	if raceEnabled || testing.Short() {
 		n = 10_000
 	}
 	for _, tc := range []struct {
@@ -159,7 +159,7 @@ func TestCuckooFillUntilFull(t *testing.T) {
 			// of its buckets has a free slot; otherwise it returns ErrFull
 			// and leaves the filter exactly as it was.
 			failed, extra := 0, 100
-			if raceEnabled {
+			if raceEnabled || testing.Short() {
 				extra = 30
 			}
 			for _, k := range keys[len(acked)+1 : len(acked)+1+extra] {
