@@ -384,11 +384,17 @@ func TestFeedBootstrapExact(t *testing.T) {
 			stop := c.stream(f, r.p)
 			waitRows(t, fx, 300)
 
-			// Kill the walsender: the feed reconnects and resumes exactly.
-			fx.exec(t, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", fx.name)
-			for f.Health().Reconnects == 0 {
+			// Kill the walsender: the feed reconnects and resumes exactly. Until
+			// the feed has reconnected, kill it again: the first kill may come
+			// before the walsender has taken the slot.
+			testsvc.Eventually(t, waitLimit, func() bool {
+				if f.Health().Reconnects > 0 {
+					return true
+				}
+				fx.exec(t, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", fx.name)
 				waitRows(t, fx, 10)
-			}
+				return f.Health().Reconnects > 0
+			}, "the feed did not reconnect after its walsender was terminated")
 			waitRows(t, fx, 300)
 			stopWriters()
 			end := fx.walEnd(t)
