@@ -11,6 +11,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
@@ -106,7 +107,7 @@ func (g *Gate) Follow(ctx context.Context, feed Feed, cfg FollowConfig) error {
 		g.mu.Unlock()
 	}()
 	fresh := false
-	backoff := 100 * time.Millisecond
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 30 * time.Second}
 	for {
 		fl := &follower{g: g, feed: feed, cfg: cfg}
 		err := fl.run(ctx, fresh)
@@ -122,16 +123,11 @@ func (g *Gate) Follow(ctx context.Context, feed Feed, cfg FollowConfig) error {
 		fresh = errors.Is(err, changefeed.ErrRebuild)
 		g.cfg.Logger.Warn("bloomgate: change feed failed; failing open and restarting", "err", err, "bootstrap", fresh)
 		g.degradeFeed(fmt.Sprintf("%v", err))
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := retry.Wait(ctx); err != nil {
+			return err
 		}
-		backoff = min(2*backoff, 30*time.Second)
 		if applied > 0 {
-			backoff = 100 * time.Millisecond
+			retry.Reset()
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -151,25 +150,13 @@ func writeSnapshot(w io.Writer, nextLSN uint64, objs []*object) error {
 	return bw.Flush()
 }
 
-// crcReader hashes what it reads.
-type crcReader struct {
-	r   io.Reader
-	crc hash.Hash32
-}
-
-func (c *crcReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.crc.Write(p[:n])
-	return n, err
-}
-
 // readSnapshot decodes a snapshot of size bytes. Every failure wraps
 // ErrCorruptSnapshot.
 func readSnapshot(r io.Reader, size, maxFilter int64) (uint64, []*object, error) {
 	fail := func(format string, args ...any) (uint64, []*object, error) {
 		return 0, nil, fmt.Errorf("%w: %s", ErrCorruptSnapshot, fmt.Sprintf(format, args...))
 	}
-	cr := &crcReader{r: bufio.NewReaderSize(r, 1<<16), crc: crc32c.New()}
+	cr := crc32c.NewReader(bufio.NewReaderSize(r, 1<<16))
 	var hdr [16]byte
 	if _, err := io.ReadFull(cr, hdr[:]); err != nil || string(hdr[:8]) != snapshotMagic {
 		return fail("bad header")
@@ -215,9 +202,9 @@ func readSnapshot(r io.Reader, size, maxFilter int64) (uint64, []*object, error)
 		seen[rec.name] = true
 		objs = append(objs, o)
 	}
-	want := cr.crc.Sum32()
+	want := cr.Sum32()
 	var sum [4]byte
-	if _, err := io.ReadFull(cr.r, sum[:]); err != nil {
+	if _, err := io.ReadFull(cr.R, sum[:]); err != nil {
 		return fail("truncated")
 	}
 	if binary.LittleEndian.Uint32(sum[:]) != want {

@@ -7,6 +7,9 @@
 // Config and answers a malformed request with "-ERR Protocol error: …"
 // before closing that connection only. Each connection runs in one
 // goroutine; replies to pipelined commands are flushed once per batch.
+//
+// A Server is safe for concurrent use. docs/serve.md lists every command and
+// where it differs from RedisBloom.
 package resp
 
 import (
@@ -22,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/serve"
 )
 
@@ -138,7 +142,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.listeners[ln] = struct{}{}
 	s.mu.Unlock()
-	var delay time.Duration
+	retry := backoff.Backoff{Min: 5 * time.Millisecond, Max: time.Second} // as net/http's accept loop
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -147,13 +151,12 @@ func (s *Server) Serve(ln net.Listener) error {
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
+				time.Sleep(retry.Next())
 				continue
 			}
 			return err
 		}
-		delay = 0
+		retry.Reset()
 		s.total.Add(1)
 		if s.active.Load() >= int64(s.cfg.MaxConns) {
 			s.rejected.Add(1)
