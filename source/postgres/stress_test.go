@@ -13,6 +13,7 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/demo"
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
@@ -170,10 +171,7 @@ func TestStressNoFalseNegatives(t *testing.T) {
 					g.Rebuild(ctx) // every third is killed; the gate keeps serving
 					builds.Add(1)
 					if i%3 == 2 {
-						select {
-						case <-ctx.Done():
-						case <-time.After(700 * time.Millisecond):
-						}
+						backoff.Sleep(ctx, 700*time.Millisecond)
 					}
 				}
 			})
