@@ -40,9 +40,8 @@ func BenchmarkLimit(b *testing.B) {
 			hashKeys(absent, f.seed, hs)
 			name := fmt.Sprintf("n=%dM/pages=%s", n/1_000_000, pages)
 			b.Run(name+"/op=floor", func(b *testing.B) {
-				buf := make([]uint64, 0)
 				hugePagesOn = pages == "huge"
-				buf = allocWords(uint64(len(f.words)))
+				buf := allocWords(uint64(len(f.words)))
 				hugePagesOn = true
 				for i := range buf {
 					buf[i] = uint64(i)

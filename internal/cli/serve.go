@@ -25,6 +25,7 @@ import (
 )
 
 const serveUsage = `usage: bloomgate serve [-config FILE] [-resp ADDR] [-http ADDR] [-data DIR] [-requirepass PASSWORD] [-appendfsync POLICY]
+       bloomgate serve check [-data DIR] [-repair]
 
 Serves filters over the Redis protocol (RedisBloom's BF.* and CF.* commands,
 plus BG.EXISTS) and over HTTP (JSON under /v1, /metrics, /healthz, /readyz).
@@ -40,6 +41,9 @@ flags:
 `
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "check" {
+		return runServeCheck(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveUsage)

@@ -167,7 +167,10 @@ func cmdQuit(c *conn, _ [][]byte) {
 func cmdReset(c *conn, _ [][]byte) {
 	c.w.proto = 2
 	c.name = ""
-	c.authed = c.s.cfg.Password == ""
+	if c.s.cfg.Password != "" && c.authed {
+		c.authed = false
+		c.demote()
+	}
 	c.setLimits()
 	c.w.simple("RESET")
 }
@@ -184,6 +187,19 @@ func cmdSelect(c *conn, args [][]byte) {
 	}
 }
 
+// authenticate marks the connection authenticated, counting it against
+// MaxConns; past it, it replies and closes the connection instead.
+func (c *conn) authenticate() bool {
+	if err := c.promote(); err != nil {
+		c.w.errorMsg("ERR " + err.Error())
+		c.quit = true
+		return false
+	}
+	c.authed = true
+	c.setLimits()
+	return true
+}
+
 func cmdAuth(c *conn, args [][]byte) {
 	if len(args) > 3 {
 		c.w.errorMsg("ERR syntax error")
@@ -198,11 +214,13 @@ func cmdAuth(c *conn, args [][]byte) {
 		user, pass = string(args[1]), string(args[2])
 	}
 	if !c.s.checkPassword(user, pass) {
+		c.authFailed()
 		c.w.errorMsg("WRONGPASS invalid username-password pair or user is disabled.")
 		return
 	}
-	c.authed = true
-	c.setLimits()
+	if !c.authenticate() {
+		return
+	}
 	c.w.simple("OK")
 }
 
@@ -230,6 +248,7 @@ func cmdHello(c *conn, args [][]byte) {
 				return
 			}
 			if !c.s.checkPassword(string(args[i+1]), string(args[i+2])) {
+				c.authFailed()
 				c.w.errorMsg("WRONGPASS invalid username-password pair or user is disabled.")
 				return
 			}
@@ -242,6 +261,9 @@ func cmdHello(c *conn, args [][]byte) {
 			c.w.errorMsg("ERR Syntax error in HELLO option '" + string(clip(args[i])) + "'")
 			return
 		}
+	}
+	if authed && !c.authed && !c.authenticate() {
+		return
 	}
 	if !authed {
 		c.w.errorMsg("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
