@@ -185,7 +185,7 @@ func TestScenario(t *testing.T) {
 	feeders := []*proc{startRole(t, rc, "feeder"), startRole(t, rc, "feeder")}
 	inst := []*proc{startRole(t, rc, "instance"), startRole(t, rc, "instance"), startRole(t, rc, "instance")}
 	waitReady := func(p *proc, pos changefeed.Position) (s status) {
-		testsvc.Eventually(t, 2*time.Minute, func() bool {
+		testsvc.Eventually(t, 5*time.Minute, func() bool { // a join after a NATS node was killed has taken over 60 s
 			var err error
 			s, err = p.status()
 			return err == nil && s.ready && s.pos >= pos && s.joinMs >= 0
