@@ -99,7 +99,7 @@ func openKeeper(ctx context.Context, d setDecl, sc serve.SetConfig, dataDir stri
 		}
 		k.instance, k.snaps = inst, inst.Snapshots()
 		if feederGate != nil {
-			f, err := set.NewFeeder(jetstream.FeederConfig{Source: k.source, Gate: feederGate, Follow: follow})
+			f, err := set.NewFeeder(jetstream.FeederConfig{Feed: k.source, Gate: feederGate, Follow: follow})
 			if err != nil {
 				return nil, closers, fmt.Errorf("set %q: %w", d.Name, err)
 			}
@@ -124,7 +124,7 @@ func openKeeper(ctx context.Context, d setDecl, sc serve.SetConfig, dataDir stri
 		}
 		k.instance, k.snaps = inst, inst.Snapshots()
 		if feederGate != nil {
-			f, err := set.NewFeeder(redisstream.FeederConfig{Source: k.source, Gate: feederGate, Follow: follow})
+			f, err := set.NewFeeder(redisstream.FeederConfig{Feed: k.source, Gate: feederGate, Follow: follow})
 			if err != nil {
 				return nil, closers, fmt.Errorf("set %q: %w", d.Name, err)
 			}
