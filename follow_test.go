@@ -192,7 +192,7 @@ func TestFollowEveryWriter(t *testing.T) {
 			checkNoFalseNegatives(t, g, keys("user", 5000))
 			// live[i] is 1 while key i is committed, applied and not being deleted.
 			n := 1200
-			if raceEnabled {
+			if raceEnabled || testing.Short() {
 				n = 200
 			}
 			ks := keys("new", n)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
 
 // memSource is an in-memory Source for driving the gate's state machine
@@ -528,13 +529,7 @@ func TestRunTriggers(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 20 s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testsvc.Eventually(t, 20*time.Second, cond, "condition not reached")
 }
 
 func TestMetrics(t *testing.T) {

@@ -27,31 +27,10 @@ func benchBloom(b *testing.B, n int, p float64) {
 	for _, k := range present {
 		f.Add(k)
 	}
-	b.Run("Add", func(b *testing.B) {
+	filtertest.BenchCore(b, filtertest.Bench{Full: f, Present: present, Absent: absent, NewAdd: func() func([]byte) {
 		g, _ := filter.NewBloom(filter.BloomConfig{Capacity: uint64(n), FPRate: p})
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			g.Add(present[i%n])
-			i++
-		}
-	})
-	b.Run("MayContain/present", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			f.MayContain(present[i%n])
-			i++
-		}
-	})
-	b.Run("MayContain/absent", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			f.MayContain(absent[i&(1<<16-1)])
-			i++
-		}
-	})
+		return func(k []byte) { g.Add(k) }
+	}})
 	b.Run("BuilderAdd", func(b *testing.B) {
 		g, _ := filter.NewBloomBuilder(filter.BloomConfig{Capacity: uint64(n), FPRate: p})
 		b.ReportAllocs()

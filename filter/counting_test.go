@@ -413,31 +413,10 @@ func benchCounting(b *testing.B, n int, p float64) {
 	for _, k := range present {
 		f.Add(k)
 	}
-	b.Run("Add", func(b *testing.B) {
+	filtertest.BenchCore(b, filtertest.Bench{Full: f, Present: present, Absent: absent, NewAdd: func() func([]byte) {
 		g, _ := filter.NewCounting(cfg)
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			g.Add(present[i%n])
-			i++
-		}
-	})
-	b.Run("MayContain/present", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			f.MayContain(present[i%n])
-			i++
-		}
-	})
-	b.Run("MayContain/absent", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			f.MayContain(absent[i&(1<<16-1)])
-			i++
-		}
-	})
+		return func(k []byte) { g.Add(k) }
+	}})
 	b.Run("Remove", func(b *testing.B) {
 		// Removes every key in turn; once all are gone, adds them back
 		// with the timer stopped.

@@ -11,9 +11,15 @@ import (
 	"github.com/bloomgate/bloomgate/internal/filtertest"
 )
 
-// stressBudget bounds how long each concurrent stress below runs. It bounds
-// a loop, it is not an assertion: a slow machine checks fewer lookups.
-const stressBudget = 2 * time.Second
+// stressBudget bounds how long each concurrent stress below runs (2 s, a
+// quarter of a second under -short). It bounds a loop, it is not an
+// assertion: a slow machine checks fewer lookups.
+func stressBudget() time.Duration {
+	if testing.Short() {
+		return 250 * time.Millisecond
+	}
+	return 2 * time.Second
+}
 
 // heldKeys tracks which keys of a stress are held. Each key has an epoch,
 // odd while held: it is bumped to odd after the key's Add returned nil and
@@ -170,7 +176,7 @@ func cuckooChurn(t *testing.T, c *filter.Cuckoo, keys [][]byte) (ambiguous int64
 			misses.Add(m)
 		}
 	})
-	time.Sleep(stressBudget)
+	time.Sleep(stressBudget())
 	close(stop)
 	wg.Wait()
 	t.Logf("%d lookups of held keys checked during %d remove/add rounds (%d removes ambiguous)",

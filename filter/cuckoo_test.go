@@ -125,7 +125,7 @@ func encode(t testing.TB, f filter.Filter) []byte {
 // through a failed insert, removing half and adding it back.
 func TestCuckooFillUntilFull(t *testing.T) {
 	n := 100_000
-	if raceEnabled {
+	if raceEnabled || testing.Short() {
 		n = 10_000
 	}
 	for _, tc := range []struct {
@@ -159,7 +159,7 @@ func TestCuckooFillUntilFull(t *testing.T) {
 			// of its buckets has a free slot; otherwise it returns ErrFull
 			// and leaves the filter exactly as it was.
 			failed, extra := 0, 100
-			if raceEnabled {
+			if raceEnabled || testing.Short() {
 				extra = 30
 			}
 			for _, k := range keys[len(acked)+1 : len(acked)+1+extra] {
@@ -711,37 +711,11 @@ func benchCuckoo(b *testing.B, n int, p float64) {
 		return c
 	}
 	c := full()
-	b.Run("Add", func(b *testing.B) {
-		b.ReportAllocs()
+	// Full at capacity: Add starts again on an empty filter after n keys.
+	filtertest.BenchCore(b, filtertest.Bench{Full: c, Present: present, Absent: absent, Refill: n, NewAdd: func() func([]byte) {
 		g, _ := filter.NewCuckoo(cfg)
-		i := 0
-		for b.Loop() {
-			if i == n { // full at capacity: start again on an empty filter
-				b.StopTimer()
-				g, _ = filter.NewCuckoo(cfg)
-				i = 0
-				b.StartTimer()
-			}
-			g.Add(present[i])
-			i++
-		}
-	})
-	b.Run("MayContain/present", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			c.MayContain(present[i%n])
-			i++
-		}
-	})
-	b.Run("MayContain/absent", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			c.MayContain(absent[i&(1<<16-1)])
-			i++
-		}
-	})
+		return func(k []byte) { g.Add(k) }
+	}})
 	b.Run("Remove", func(b *testing.B) {
 		b.ReportAllocs()
 		g := full()

@@ -560,31 +560,10 @@ func BenchmarkScalable(b *testing.B) {
 				f.Add(k)
 			}
 			b.Logf("%d sub-filters, %d bytes", f.Filters(), f.Stats().Bytes)
-			b.Run("Add", func(b *testing.B) {
+			filtertest.BenchCore(b, filtertest.Bench{Full: f, Present: present, Absent: absent, NewAdd: func() func([]byte) {
 				g, _ := filter.NewScalable(cfg)
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					g.Add(present[i%n])
-					i++
-				}
-			})
-			b.Run("MayContain/present", func(b *testing.B) {
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					f.MayContain(present[i%n])
-					i++
-				}
-			})
-			b.Run("MayContain/absent", func(b *testing.B) {
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					f.MayContain(absent[i&(1<<16-1)])
-					i++
-				}
-			})
+				return func(k []byte) { g.Add(k) }
+			}})
 		})
 	}
 }

@@ -741,32 +741,11 @@ func benchWindowed(b *testing.B, n int, p float64) {
 	for i, k := range present {
 		w.Add(k, clock.Now().Add(time.Duration(i%8)*time.Hour))
 	}
-	b.Run("Add", func(b *testing.B) {
+	filtertest.BenchCore(b, filtertest.Bench{Full: w, Present: present, Absent: absent, NewAdd: func() func([]byte) {
 		g := newWindowed(b, cfg)
 		exp := clock.Now().Add(3 * time.Hour)
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			g.Add(present[i%len(present)], exp)
-			i++
-		}
-	})
-	b.Run("MayContain/present", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			w.MayContain(present[i%len(present)])
-			i++
-		}
-	})
-	b.Run("MayContain/absent", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			w.MayContain(absent[i&(1<<16-1)])
-			i++
-		}
-	})
+		return func(k []byte) { g.Add(k, exp) }
+	}})
 }
 
 // TestWindowedReplayHash: a replayed add whose expiry passed adds nothing;

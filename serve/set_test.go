@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/bloomgate/bloomgate/internal/demo"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,19 +21,23 @@ import (
 
 func email(i int) string { return fmt.Sprintf("user%d@example.com", i) }
 
-// waitReady waits until every set is ready (or the test's deadline).
+// waitReady waits until every set is ready, and fails with their states
+// after a minute.
 func waitReady(t *testing.T, s *serve.Store) {
 	t.Helper()
-	for !s.Ready() {
-		if deadline, ok := t.Deadline(); ok && deadline.Before(deadlineSoon()) {
-			for _, set := range s.Sets() {
-				st := set.Stats()
-				t.Logf("set %s: %v %s", set.Name(), st.State, st.Reason)
-			}
-			t.Fatal("sets never became ready")
-		}
-		sleepBriefly()
+	testsvc.Eventually(t, time.Minute, s.Ready, "sets never became ready: %v", setStates{s})
+}
+
+// setStates prints each set's state when formatted (at the deadline).
+type setStates struct{ s *serve.Store }
+
+func (ss setStates) String() string {
+	var b strings.Builder
+	for _, set := range ss.s.Sets() {
+		st := set.Stats()
+		fmt.Fprintf(&b, "[%s: %v %s] ", set.Name(), st.State, st.Reason)
 	}
+	return b.String()
 }
 
 // exerciseSet checks a ready users set holding email(0..999) with a confirm
@@ -207,7 +212,3 @@ func testDB(t *testing.T) (demo.PostgresUsers, string) {
 	})
 	return demo.PostgresUsers{Pool: pool, Table: schema + ".users"}, schema
 }
-
-func deadlineSoon() time.Time { return time.Now().Add(5 * time.Second) }
-
-func sleepBriefly() { time.Sleep(10 * time.Millisecond) }

@@ -13,20 +13,18 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
 
 // mountTmpfs mounts a tmpfs of the given size (as mount's size= option) on a
 // new temporary directory. Mounting needs root; where it is not allowed the
-// test skips, except under BLOOMGATE_REQUIRE_SERVICES=1 (CI), where it fails.
+// test skips, or fails in CI (testsvc.Unavailable).
 func mountTmpfs(t *testing.T, size string) string {
 	t.Helper()
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		msg := fmt.Sprintf("cannot mount a %s tmpfs (needs root): %v %s", size, err, strings.TrimSpace(string(out)))
-		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testsvc.Unavailable(t, "cannot mount a %s tmpfs (needs root): %v %s", size, err, strings.TrimSpace(string(out)))
 	}
 	t.Cleanup(func() {
 		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
 
@@ -106,10 +107,8 @@ func connect(ctx context.Context, urls string) (*nats.Conn, error) {
 		if err == nil {
 			return nc, nil
 		}
-		select {
-		case <-ctx.Done():
+		if backoff.Sleep(ctx, 100*time.Millisecond) != nil {
 			return nil, err
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

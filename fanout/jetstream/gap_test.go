@@ -16,6 +16,7 @@ import (
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout"
 	"github.com/bloomgate/bloomgate/fanout/jetstream"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
 
 // insertAndWait commits n rows and waits until g has applied them.
@@ -28,9 +29,7 @@ func insertAndWait(t *testing.T, ip *inProcess, g *bloomgate.Gate, prefix string
 			t.Fatal(err)
 		}
 	}
-	for g.Position() < tok {
-		time.Sleep(time.Millisecond)
-	}
+	testsvc.Eventually(t, time.Minute, func() bool { return g.Position() >= tok }, "the instance did not apply %s", tok)
 	return tok
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout/jetstream"
 	"github.com/bloomgate/bloomgate/internal/fanouttest"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
 
 func envInt(name string, def int) int {
@@ -62,14 +63,11 @@ func startInProcess(t *testing.T, preRows int, capacity uint64) *inProcess {
 	var b [4]byte
 	crand.Read(b[:])
 	var set *jetstream.Set
-	for {
+	testsvc.Eventually(t, time.Minute, func() bool { // the new cluster elects its meta leader meanwhile
 		set, err = jetstream.Open(ctx, jetstream.Config{JetStream: j, Set: "t" + hex.EncodeToString(b[:]), Replicas: 3,
 			LeaseTTL: testLeaseTTL, Logger: testLogger()})
-		if err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil
+	}, "jetstream.Open on a fresh cluster")
 	g, err := bloomgate.New(bloomgate.Config{Source: pg.Source, Capacity: capacity})
 	if err != nil {
 		t.Fatal(err)
@@ -139,9 +137,7 @@ func (ip *inProcess) instanceWith(t *testing.T, capacity uint64, icfg jetstream.
 	var once sync.Once
 	stop := func() { once.Do(func() { cancel(); <-done; g.Close() }) }
 	t.Cleanup(stop)
-	for !g.Ready() {
-		time.Sleep(time.Millisecond)
-	}
+	testsvc.Eventually(t, time.Minute, g.Ready, "instance not ready")
 	return g, time.Since(start), stop
 }
 
@@ -211,9 +207,7 @@ func TestLag(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	wg.Wait()
-	for poll(); len(pending) > 0; poll() {
-		time.Sleep(time.Millisecond)
-	}
+	testsvc.Eventually(t, time.Minute, func() bool { poll(); return len(pending) == 0 }, "the instance did not apply every row")
 	fn := 0
 	for _, r := range rows {
 		if !g.MayContain([]byte(r.key)) {

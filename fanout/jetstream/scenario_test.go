@@ -23,6 +23,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/internal/fanouttest"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
 
 // proc is a child process: a feeder or an instance.
@@ -183,14 +184,13 @@ func TestScenario(t *testing.T) {
 
 	feeders := []*proc{startRole(t, rc, "feeder"), startRole(t, rc, "feeder")}
 	inst := []*proc{startRole(t, rc, "instance"), startRole(t, rc, "instance"), startRole(t, rc, "instance")}
-	waitReady := func(p *proc, pos changefeed.Position) status {
-		for {
-			s, err := p.status()
-			if err == nil && s.ready && s.pos >= pos && s.joinMs >= 0 {
-				return s
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+	waitReady := func(p *proc, pos changefeed.Position) (s status) {
+		testsvc.Eventually(t, 5*time.Minute, func() bool { // a join after a NATS node was killed has taken over 60 s
+			var err error
+			s, err = p.status()
+			return err == nil && s.ready && s.pos >= pos && s.joinMs >= 0
+		}, "instance not ready at %s", pos)
+		return s
 	}
 	for i, p := range inst {
 		s := waitReady(p, 0)
@@ -314,15 +314,15 @@ func TestScenario(t *testing.T) {
 	var leaseAfter, publishAfter time.Duration
 	info, _ := stream.Info(ctx)
 	lastSeq := info.State.LastSeq
-	for leaseAfter == 0 || publishAfter == 0 {
+	testsvc.Eventually(t, time.Minute, func() bool {
 		if e, err := lkv.Get(ctx, "feeder"); leaseAfter == 0 && err == nil && string(e.Value()) != holder {
 			leaseAfter = time.Since(killedAt)
 		}
 		if info, err := stream.Info(ctx); publishAfter == 0 && err == nil && info.State.LastSeq > lastSeq && leaseAfter > 0 {
 			publishAfter = time.Since(killedAt)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return leaseAfter != 0 && publishAfter != 0
+	}, "no feeder took the lease and published after the holder was killed")
 	t.Logf("feeder failover: lease taken %v and first publish %v after SIGKILL of the holder (LeaseTTL %v)",
 		leaseAfter.Round(time.Millisecond), publishAfter.Round(time.Millisecond), testLeaseTTL)
 	sleep(3 * time.Second)

@@ -92,9 +92,7 @@ func instance(t *testing.T, set *redisstream.Set, pg *fanouttest.PG) (*bloomgate
 		close(done)
 	}()
 	t.Cleanup(func() { cancel(); <-done; g.Close() })
-	for !g.Ready() {
-		time.Sleep(time.Millisecond)
-	}
+	testsvc.Eventually(t, time.Minute, g.Ready, "instance not ready")
 	return g, time.Since(start)
 }
 
@@ -179,16 +177,12 @@ func TestRedisFanout(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	wg.Wait()
-	for poll(); len(pending) > 0; poll() {
-		time.Sleep(time.Millisecond)
-	}
+	testsvc.Eventually(t, time.Minute, func() bool { poll(); return len(pending) == 0 }, "the first instance did not apply every row")
 	var final changefeed.Position
 	for _, r := range rows {
 		final = max(final, r.token)
 	}
-	for g2.Position() < final {
-		time.Sleep(time.Millisecond)
-	}
+	testsvc.Eventually(t, time.Minute, func() bool { return g2.Position() >= final }, "the second instance did not reach %s", final)
 	fn := 0
 	for _, g := range []*bloomgate.Gate{g1, g2} {
 		for _, r := range rows {
@@ -215,15 +209,12 @@ func TestRedisTrimmedIsRebuild(t *testing.T) {
 	runFeeder(t, set, pg, "A")
 	g, _ := instance(t, set, pg)
 	var tok changefeed.Position
-	for i := range 40 {
+	for i := range 40 { // each row applied before the next: one batch each
 		var err error
 		if tok, err = pg.Insert(context.Background(), fmt.Sprintf("a%d@x", i)); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * time.Millisecond) // separate batches
-	}
-	for g.Position() < tok {
-		time.Sleep(time.Millisecond)
+		testsvc.Eventually(t, time.Minute, func() bool { return g.Position() >= tok }, "the instance did not apply %s", tok)
 	}
 	if err := c.XTrimMaxLen(context.Background(), "bg:{"+name+"}:log", 1).Err(); err != nil {
 		t.Fatal(err)

@@ -146,7 +146,7 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format st
 			return
 		}
 		time.Sleep(wait)
-		wait = min(2*wait, 50*time.Millisecond)
+		wait = min(2*wait, 10*time.Millisecond)
 	}
 }
 

@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/serve"
 	"github.com/bloomgate/bloomgate/source/sqlite"
 )
@@ -70,11 +72,12 @@ func TestHTTPAPI(t *testing.T) {
 	ts := httptest.NewServer(Handler(Config{Store: st, Token: "tok", Gatherer: reg}))
 	defer ts.Close()
 	c := client{t, ts.URL, "tok"}
-	for !st.Ready() {
+	testsvc.Eventually(t, time.Minute, func() bool {
 		if code, _ := c.do("GET", "/readyz", ""); code != http.StatusServiceUnavailable && !st.Ready() {
 			t.Fatalf("/readyz while warming: %d", code)
 		}
-	}
+		return st.Ready()
+	}, "store not ready")
 	for _, tt := range []struct {
 		method, path, body string
 		code               int

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/serve"
 	"github.com/bloomgate/bloomgate/source/sqlite"
 )
@@ -45,9 +46,7 @@ func usersServer(t *testing.T) (host, port, dbPath string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	for !st.Ready() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testsvc.Eventually(t, time.Minute, st.Ready, "store not ready")
 	addr, _ := startServer(t, Config{Store: st, Password: testPassword}, serve.Config{})
 	host, port, _ = net.SplitHostPort(addr)
 	return host, port, dbPath

@@ -126,7 +126,6 @@ func (fx *feedFixture) walEnd(t testing.TB) postgres.Position {
 // consumer applies a feed into an exact multiset of keys.
 type consumer struct {
 	mu      sync.Mutex
-	cond    *sync.Cond
 	keys    map[string]int
 	txns    []postgres.Txn // every delivered Txn, in order
 	last    postgres.Position
@@ -137,9 +136,7 @@ type consumer struct {
 }
 
 func newConsumer() *consumer {
-	c := &consumer{keys: map[string]int{}}
-	c.cond = sync.NewCond(&c.mu)
-	return c
+	return &consumer{keys: map[string]int{}}
 }
 
 func (c *consumer) add(k []byte) error {
@@ -173,7 +170,6 @@ func (c *consumer) apply(t postgres.Txn) error {
 	if c.onTxn != nil {
 		c.onTxn(t)
 	}
-	c.cond.Broadcast()
 	return nil
 }
 
@@ -186,7 +182,6 @@ func (c *consumer) stream(f *postgres.Feed, from postgres.Position) (stop func()
 		err := f.Stream(ctx, from, c.apply)
 		c.mu.Lock()
 		c.done, c.err = true, err
-		c.cond.Broadcast()
 		c.mu.Unlock()
 		errc <- err
 	}()
@@ -200,18 +195,37 @@ func (c *consumer) stream(f *postgres.Feed, from postgres.Position) (stop func()
 	}
 }
 
-// waitFor blocks until a Txn at or beyond p was applied, or Stream ended.
+// waitFor waits until a Txn at or beyond p was applied, or Stream ended.
 func (c *consumer) waitFor(t *testing.T, p postgres.Position) {
 	t.Helper()
+	testsvc.Eventually(t, waitLimit, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.last >= p || c.done
+	}, "the feed did not apply %s", p)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for c.last < p && !c.done {
-		c.cond.Wait()
-	}
 	if c.last < p {
 		t.Fatalf("stream ended at %s before %s: %v", c.last, p, c.err)
 	}
 }
+
+// waitEnd waits until Stream has ended and returns its error.
+func (c *consumer) waitEnd(t *testing.T) error {
+	t.Helper()
+	testsvc.Eventually(t, waitLimit, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.done
+	}, "Stream still running")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// waitLimit bounds every wait of these tests: far above what any takes on a
+// loaded machine, so reaching it means something hangs.
+const waitLimit = 2 * time.Minute
 
 // checkExact compares the consumer's multiset with the table: every key
 // exactly once, nothing else.
@@ -320,16 +334,13 @@ func waitRows(t *testing.T, fx *feedFixture, n int64) {
 	t.Helper()
 	var start int64
 	fx.pool.QueryRow(context.Background(), "SELECT coalesce(max(id), 0) FROM "+fx.table).Scan(&start)
-	for {
+	testsvc.Eventually(t, waitLimit, func() bool {
 		var cur int64
 		if err := fx.pool.QueryRow(context.Background(), "SELECT coalesce(max(id), 0) FROM "+fx.table).Scan(&cur); err != nil {
 			t.Fatal(err)
 		}
-		if cur >= start+n {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return cur >= start+n
+	}, "the writers did not add %d rows", n)
 }
 
 // TestFeedBootstrapExact: writers run before, during and after the
@@ -373,11 +384,17 @@ func TestFeedBootstrapExact(t *testing.T) {
 			stop := c.stream(f, r.p)
 			waitRows(t, fx, 300)
 
-			// Kill the walsender: the feed reconnects and resumes exactly.
-			fx.exec(t, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", fx.name)
-			for f.Health().Reconnects == 0 {
+			// Kill the walsender: the feed reconnects and resumes exactly. Until
+			// the feed has reconnected, kill it again: the first kill may come
+			// before the walsender has taken the slot.
+			testsvc.Eventually(t, waitLimit, func() bool {
+				if f.Health().Reconnects > 0 {
+					return true
+				}
+				fx.exec(t, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", fx.name)
 				waitRows(t, fx, 10)
-			}
+				return f.Health().Reconnects > 0
+			}, "the feed did not reconnect after its walsender was terminated")
 			waitRows(t, fx, 300)
 			stopWriters()
 			end := fx.walEnd(t)
@@ -438,19 +455,16 @@ func TestFeedResumeAfterKill(t *testing.T) {
 		t.Fatalf("Confirm beyond delivery: %v, want ErrNotDelivered", err)
 	}
 	// Wait until the server has recorded the confirmation, then kill.
-	for {
+	testsvc.Eventually(t, waitLimit, func() bool {
 		st, err := f1.SlotStatus(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.ConfirmedFlush >= snapPos {
-			if st.ConfirmedFlush != snapPos {
-				t.Fatalf("slot confirmed %s, consumer only %s", st.ConfirmedFlush, snapPos)
-			}
-			break
+		if st.ConfirmedFlush > snapPos {
+			t.Fatalf("slot confirmed %s, consumer only %s", st.ConfirmedFlush, snapPos)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return st.ConfirmedFlush == snapPos
+	}, "the server did not record the confirmation of %s", snapPos)
 	if err := stop1(); err != nil {
 		t.Fatal(err)
 	}
@@ -527,20 +541,13 @@ func TestFeedSlotLost(t *testing.T) {
 	fx.exec(t, "INSERT INTO "+fx.table+" (email) VALUES ('a@x')")
 	stop := c.stream(f, p)
 	c.waitFor(t, fx.walEnd(t))
-	for {
+	testsvc.Eventually(t, waitLimit, func() bool {
 		fx.exec(t, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", fx.name)
 		var dropped int
 		err := fx.pool.QueryRow(ctx, "SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", fx.name).Scan(&dropped)
-		if err == nil && dropped == 1 {
-			break
-		}
-	}
-	c.mu.Lock()
-	for !c.done {
-		c.cond.Wait()
-	}
-	err = c.err
-	c.mu.Unlock()
+		return err == nil && dropped == 1
+	}, "the slot was not dropped")
+	err = c.waitEnd(t)
 	stop()
 	if !errors.Is(err, postgres.ErrSlotLost) || !errors.Is(err, postgres.ErrRebuild) {
 		t.Fatalf("Stream after the slot was dropped: %v, want ErrSlotLost", err)
@@ -707,9 +714,7 @@ func TestFeedSlotStatusAndHealth(t *testing.T) {
 	stop := c.stream(f, p)
 	defer stop()
 	c.waitFor(t, fx.walEnd(t))
-	for f.Health().CaughtUp.IsZero() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testsvc.Eventually(t, waitLimit, func() bool { return !f.Health().CaughtUp.IsZero() }, "Health().CaughtUp never set")
 	if h := f.Health(); !h.Streaming || !h.Connected || h.Err != nil {
 		t.Fatalf("health while streaming: %+v", h)
 	}
@@ -719,16 +724,13 @@ func TestFeedSlotStatusAndHealth(t *testing.T) {
 	if err := f.Confirm(ctx, last); err != nil {
 		t.Fatal(err)
 	}
-	for {
+	testsvc.Eventually(t, waitLimit, func() bool {
 		st2, err := f.SlotStatus(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st2.ConfirmedFlush == last {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return st2.ConfirmedFlush == last
+	}, "the slot did not confirm %s", last)
 	if len(c.keys) != 2000 {
 		t.Fatalf("%d keys streamed, want 2000", len(c.keys))
 	}
@@ -751,24 +753,20 @@ func TestFeedSlotInvalidated(t *testing.T) {
 	defer stop()
 	fx.exec(t, "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
 	fx.exec(t, "SELECT pg_reload_conf()")
-	for {
+	testsvc.Eventually(t, waitLimit, func() bool {
 		st, err := f.SlotStatus(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if st.WALStatus == "lost" {
-			break
+			return true
 		}
 		fx.exec(t, "INSERT INTO "+fx.table+" (email) SELECT 'fill-' || g || '-' || random() FROM generate_series(1, 20000) g")
 		fx.exec(t, "SELECT pg_switch_wal()")
 		fx.exec(t, "CHECKPOINT")
-	}
-	c.mu.Lock()
-	for !c.done {
-		c.cond.Wait()
-	}
-	err = c.err
-	c.mu.Unlock()
+		return false
+	}, "the slot was never invalidated")
+	err = c.waitEnd(t)
 	if !errors.Is(err, postgres.ErrSlotLost) {
 		t.Fatalf("Stream on an invalidated slot: %v, want ErrSlotLost", err)
 	}

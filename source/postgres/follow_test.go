@@ -12,6 +12,7 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
@@ -46,20 +47,6 @@ func followGate(t *testing.T, fx *feedFixture, feed *postgres.Feed, fcfg bloomga
 	}
 }
 
-// head returns the server's WAL position now.
-func head(t *testing.T, fx *feedFixture) changefeed.Position {
-	t.Helper()
-	var s string
-	if err := fx.pool.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
-		t.Fatal(err)
-	}
-	p, err := changefeed.ParsePosition(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // TestGateFollowsEveryWriter: rows inserted and deleted by plain SQL (no Add,
 // no Remove) before, during and after the bootstrap reach a following gate:
 // once it has applied the WAL position a commit returned, the row is never
@@ -86,7 +73,7 @@ func TestGateFollowsEveryWriter(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				committed.Store(key, head(t, fx))
+				committed.Store(key, fx.walEnd(t))
 				if rng.IntN(4) == 0 {
 					victim := fmt.Sprintf("user%d@example.com", rng.IntN(20000)+1)
 					if _, loaded := deleted.LoadOrStore(victim, true); !loaded {
@@ -97,7 +84,8 @@ func TestGateFollowsEveryWriter(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(100 * time.Millisecond) // writers before the bootstrap
+	// Writers before the bootstrap.
+	testsvc.Eventually(t, waitLimit, func() bool { return seq.Load() > 10 }, "the writers did not start")
 	feed := fx.feed(t)
 	g, stop := followGate(t, fx, feed, fcfg)
 
@@ -118,10 +106,9 @@ func TestGateFollowsEveryWriter(t *testing.T) {
 	}
 	stopWriters()
 	wg.Wait()
-	final := head(t, fx)
-	for g.Stats().FeedPosition < uint64(final) || !g.Ready() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	final := fx.walEnd(t)
+	testsvc.Eventually(t, waitLimit, func() bool { return g.Stats().FeedPosition >= uint64(final) && g.Ready() },
+		"the gate did not catch up with %s", final)
 	keys := fx.tableKeys(t)
 	for k := range keys {
 		if !g.MayContainString(k) {
@@ -170,9 +157,8 @@ func TestGateFollowStaleSnapshot(t *testing.T) {
 	fx.exec(t, "INSERT INTO "+fx.table+" (email) VALUES ('second@example.com')")
 	other := bloomgate.FollowConfig{Identity: fx.table, Snapshots: bloomgate.DirSnapshots(t.TempDir())}
 	g2, stop2 := followGate(t, fx, fx.feed(t), other) // moves the slot past P1
-	for g2.Stats().FeedPosition < uint64(head(t, fx)) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	target := fx.walEnd(t)
+	testsvc.Eventually(t, waitLimit, func() bool { return g2.Stats().FeedPosition >= uint64(target) }, "the second gate did not reach %s", target)
 	stop2()
 	fx.exec(t, "INSERT INTO "+fx.table+" (email) VALUES ('third@example.com')")
 	g3, stop3 := followGate(t, fx, fx.feed(t), old)

@@ -13,7 +13,9 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/demo"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
 
 // committedKeys is the test's own record of the rows that are committed and
@@ -48,6 +50,7 @@ func (c *committedKeys) get(i int) string { return c.keys[i] }
 // is committed and not being deleted is a false negative. Lookups per kind:
 // BLOOMGATE_STRESS_LOOKUPS (default 2,500,000: 10 M over the four kinds).
 func TestStressNoFalseNegatives(t *testing.T) {
+	testsvc.Short(t, "stress: 300,000-row tables, writers, rebuilds and COPY kills per filter kind")
 	lookups := int64(2_500_000)
 	if s := os.Getenv("BLOOMGATE_STRESS_LOOKUPS"); s != "" {
 		var err error
@@ -168,10 +171,7 @@ func TestStressNoFalseNegatives(t *testing.T) {
 					g.Rebuild(ctx) // every third is killed; the gate keeps serving
 					builds.Add(1)
 					if i%3 == 2 {
-						select {
-						case <-ctx.Done():
-						case <-time.After(700 * time.Millisecond):
-						}
+						backoff.Sleep(ctx, 700*time.Millisecond)
 					}
 				}
 			})
