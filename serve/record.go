@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 
 	"github.com/bloomgate/bloomgate/filter"
@@ -230,13 +231,19 @@ func (d *decoder) meta() meta {
 // encodeFilter returns o's filter in its binary format. Call with o.mu held.
 func (o *object) encodeFilter() ([]byte, error) {
 	var buf bytes.Buffer
+	err := o.writeFilter(&buf)
+	return buf.Bytes(), err
+}
+
+// writeFilter writes o's filter in its binary format. Call with o.mu held.
+func (o *object) writeFilter(w io.Writer) error {
 	var err error
 	if o.bf != nil {
-		_, err = o.bf.WriteTo(&buf)
+		_, err = o.bf.WriteTo(w)
 	} else {
-		_, err = o.cf.WriteTo(&buf)
+		_, err = o.cf.WriteTo(w)
 	}
-	return buf.Bytes(), err
+	return err
 }
 
 // putRecord returns a record that recreates o as it is. Call with o.mu held.
@@ -251,17 +258,27 @@ func (o *object) putRecord() (*record, error) {
 
 // objectFromPut decodes the filter of an opPut record.
 func objectFromPut(r *record, maxBytes int64) (*object, error) {
+	rd := bytes.NewReader(r.filter)
+	o, err := objectFromPutReader(r, rd, maxBytes)
+	if err == nil && rd.Len() != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the filter", errBadRecord, rd.Len())
+	}
+	return o, err
+}
+
+// objectFromPutReader decodes the filter of the opPut record r from rd.
+func objectFromPutReader(r *record, rd io.Reader, maxBytes int64) (*object, error) {
 	cfg := filter.DecodeConfig{MaxBytes: uint64(maxBytes)}
 	var o *object
 	switch r.meta.kind {
 	case KindBloom:
-		bf, err := filter.DecodeScalable(bytes.NewReader(r.filter), cfg)
+		bf, err := filter.DecodeScalable(rd, cfg)
 		if err != nil {
 			return nil, err
 		}
 		o = objectFrom(r.name, r.meta, bf, nil)
 	case KindCuckoo:
-		cf, err := filter.DecodeCuckoo(bytes.NewReader(r.filter), cfg)
+		cf, err := filter.DecodeCuckoo(rd, cfg)
 		if err != nil {
 			return nil, err
 		}
