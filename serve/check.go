@@ -119,7 +119,7 @@ func Check(dir string, repair bool, maxFilterBytes int64) (*CheckReport, error) 
 		return nil, err
 	}
 	for _, g := range gens {
-		_, objs, err := readSnapshotFile(filepath.Join(dir, g.name), maxFilterBytes)
+		_, objs, err := readSnapshotFile(filepath.Join(dir, g.name), maxFilterBytes, time.Now)
 		rep.Snapshots = append(rep.Snapshots, SnapshotCheck{Name: g.name, Keys: len(objs), Err: err})
 	}
 	segs, err := listSegments(dir)

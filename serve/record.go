@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"time"
 
 	"github.com/bloomgate/bloomgate/filter"
 	"github.com/bloomgate/bloomgate/internal/crc32c"
@@ -23,12 +24,16 @@ import (
 //	opRemove  u32 n | n × u64 key hash
 //	opAddNX   u32 n | n × u64 key hash
 //	opDel     (empty)
-//	opPut     meta | u64 card | u64 deletes | the filter (its WriteTo format)
+//	opPut     meta | u64 card | u64 deletes | the filter (its WriteTo format);
+//	          for an expiring key, deletes is the Unix ns until which it
+//	          answers "present" to every lookup (0: none; see replayXAdd)
+//	opXAdd    i64 expiry (Unix ns) | u32 n | n × u64 key hash (an expiring key)
 //
 // and meta:
 //
 //	u8 kind | Bloom:  u64 capacity | f64 error rate | u32 expansion | u8 non-scaling
 //	        | cuckoo: u64 capacity | u32 bucket size | u32 max iterations | u32 expansion | u8 no-expansion
+//	        | expiring: see expiringMeta in windowed_record.go
 //
 // In the log each record is framed (see logformat.go) as
 //
@@ -51,6 +56,7 @@ const (
 	opDel    byte = 4
 	opPut    byte = 5
 	opAddNX  byte = 6
+	opXAdd   byte = 7
 )
 
 // recordHeaderLen is the frame header: length and two checksums.
@@ -68,6 +74,8 @@ type record struct {
 	// opPut
 	card, deletes uint64
 	filter        []byte
+	// opXAdd: the items' expiry, Unix ns
+	expiry int64
 }
 
 // appendFrame appends r framed for the log.
@@ -100,12 +108,17 @@ func (r *record) appendPayload(b []byte) []byte {
 		b = binary.LittleEndian.AppendUint64(b, r.card)
 		b = binary.LittleEndian.AppendUint64(b, r.deletes)
 		b = append(b, r.filter...)
+	case opXAdd:
+		b = appendXAdd(b, r)
 	}
 	return b
 }
 
 func appendMeta(b []byte, m meta) []byte {
 	b = append(b, byte(m.kind))
+	if m.kind == KindExpiring {
+		return appendExpiringMeta(b, m.expiry)
+	}
 	if m.kind == KindBloom {
 		b = binary.LittleEndian.AppendUint64(b, m.bloom.Capacity)
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(m.bloom.ErrorRate))
@@ -188,6 +201,10 @@ func decodePayload(b []byte) (*record, error) {
 		r.deletes = d.u64()
 		r.filter = d.b
 		d.b = nil
+	case opXAdd:
+		if err := d.xadd(r); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("%w: unknown op %d", errBadRecord, r.op)
 	}
@@ -222,6 +239,8 @@ func (d *decoder) meta() meta {
 		m.cuckoo.MaxIterations = int(d.u32())
 		m.cuckoo.Expansion = int(d.u32())
 		m.cuckoo.NoExpansion = d.u8() != 0
+	case KindExpiring:
+		m.expiry = d.expiringMeta()
 	default:
 		d.bad = true
 	}
@@ -238,9 +257,12 @@ func (o *object) encodeFilter() ([]byte, error) {
 // writeFilter writes o's filter in its binary format. Call with o.mu held.
 func (o *object) writeFilter(w io.Writer) error {
 	var err error
-	if o.bf != nil {
+	switch {
+	case o.wf != nil:
+		_, err = o.wf.WriteTo(w)
+	case o.bf != nil:
 		_, err = o.bf.WriteTo(w)
-	} else {
+	default:
 		_, err = o.cf.WriteTo(w)
 	}
 	return err
@@ -252,14 +274,26 @@ func (o *object) putRecord() (*record, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &record{lsn: o.lsn, op: opPut, name: o.name, meta: o.meta,
-		card: o.card.Load(), deletes: o.deletes.Load(), filter: data}, nil
+	r := o.putHead()
+	r.filter = data
+	return r, nil
 }
 
-// objectFromPut decodes the filter of an opPut record.
-func objectFromPut(r *record, maxBytes int64) (*object, error) {
+// putHead returns o's opPut record without its filter. Call with o.mu held.
+func (o *object) putHead() *record {
+	r := &record{lsn: o.lsn, op: opPut, name: o.name, meta: o.meta,
+		card: o.card.Load(), deletes: o.deletes.Load()}
+	if o.wf != nil {
+		r.deletes = uint64(o.failOpenUntil.Load())
+	}
+	return r
+}
+
+// objectFromPut decodes the filter of an opPut record; now is an expiring
+// key's clock.
+func objectFromPut(r *record, maxBytes int64, now func() time.Time) (*object, error) {
 	rd := bytes.NewReader(r.filter)
-	o, err := objectFromPutReader(r, rd, maxBytes)
+	o, err := objectFromPutReader(r, rd, maxBytes, now)
 	if err == nil && rd.Len() != 0 {
 		return nil, fmt.Errorf("%w: %d bytes after the filter", errBadRecord, rd.Len())
 	}
@@ -267,10 +301,18 @@ func objectFromPut(r *record, maxBytes int64) (*object, error) {
 }
 
 // objectFromPutReader decodes the filter of the opPut record r from rd.
-func objectFromPutReader(r *record, rd io.Reader, maxBytes int64) (*object, error) {
+func objectFromPutReader(r *record, rd io.Reader, maxBytes int64, now func() time.Time) (*object, error) {
 	cfg := filter.DecodeConfig{MaxBytes: uint64(maxBytes)}
 	var o *object
 	switch r.meta.kind {
+	case KindExpiring:
+		wf, err := filter.DecodeWindowed(rd, cfg, now)
+		if err != nil {
+			return nil, err
+		}
+		if o, err = expiringFrom(r, wf); err != nil {
+			return nil, err
+		}
 	case KindBloom:
 		bf, err := filter.DecodeScalable(rd, cfg)
 		if err != nil {

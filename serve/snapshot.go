@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/bloomgate/bloomgate/internal/atomicfile"
 	"github.com/bloomgate/bloomgate/internal/crc32c"
@@ -145,10 +146,10 @@ func writeSnapshot(w io.Writer, nextLSN uint64, objs []*object) error {
 func (o *object) writeEntry(w io.Writer, buf []byte) ([]byte, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.dead {
+	if o.dead || o.table != nil { // a table-backed set is rebuilt from its table
 		return buf, nil
 	}
-	r := &record{lsn: o.lsn, op: opPut, name: o.name, meta: o.meta, card: o.card.Load(), deletes: o.deletes.Load()}
+	r := o.putHead()
 	prefix := r.appendPayload(buf[:0])
 	var count countingWriter
 	if err := o.writeFilter(&count); err != nil {
@@ -181,7 +182,7 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 
 // readSnapshot decodes a snapshot of size bytes. Every failure wraps
 // ErrCorruptSnapshot.
-func readSnapshot(r io.Reader, size, maxFilter int64) (uint64, []*object, error) {
+func readSnapshot(r io.Reader, size, maxFilter int64, now func() time.Time) (uint64, []*object, error) {
 	fail := func(format string, args ...any) (uint64, []*object, error) {
 		return 0, nil, fmt.Errorf("%w: %s", ErrCorruptSnapshot, fmt.Sprintf(format, args...))
 	}
@@ -222,7 +223,7 @@ func readSnapshot(r io.Reader, size, maxFilter int64) (uint64, []*object, error)
 		}
 		// The filter is decoded straight from the file, not from a copy.
 		lr := &io.LimitedReader{R: cr, N: int64(rest)}
-		o, err := objectFromPutReader(rec, lr, maxFilter)
+		o, err := objectFromPutReader(rec, lr, maxFilter, now)
 		if err != nil {
 			return fail("key %q: %v", rec.name, err)
 		}
@@ -246,13 +247,25 @@ func readSnapshot(r io.Reader, size, maxFilter int64) (uint64, []*object, error)
 	return nextLSN, objs, nil
 }
 
-// putPrefixFixed is the fixed part of an opPut payload before the filter:
-// lsn, op and name length; then the name; then the meta (kind and 21 bytes,
-// for either kind) and the two counters.
+// The part of an opPut payload before the filter: lsn, op and name length
+// (putPrefixHead); the name; the meta (a kind byte and metaLen(kind) bytes);
+// the two counters.
 const (
 	putPrefixHead = 8 + 1 + 4
-	putPrefixTail = 1 + 21 + 8 + 8
+	putPrefixTail = 1 + 21 + 8 + 8 // with the shortest meta
 )
+
+// metaLen is the bytes of a meta after its kind byte (see appendMeta), or -1
+// for an unknown kind.
+func metaLen(k Kind) int {
+	switch k {
+	case KindBloom, KindCuckoo:
+		return 21
+	case KindExpiring:
+		return 1 + 8 + 8 + 8 + 4
+	}
+	return -1
+}
 
 // readPutPrefix reads the part of an opPut payload of n bytes before the
 // filter and returns it decoded, with the filter's length.
@@ -268,8 +281,17 @@ func readPutPrefix(r io.Reader, n uint64) (*record, uint64, error) {
 	if nameLen > n-putPrefixHead-putPrefixTail {
 		return nil, 0, errBadRecord
 	}
-	prefix := append(head, make([]byte, nameLen+putPrefixTail)...)
+	prefix := append(head, make([]byte, nameLen+1)...)
 	if _, err := io.ReadFull(r, prefix[putPrefixHead:]); err != nil {
+		return nil, 0, err
+	}
+	ml := metaLen(Kind(prefix[len(prefix)-1]))
+	if ml < 0 || uint64(len(prefix)+ml+16) > n {
+		return nil, 0, errBadRecord
+	}
+	start := len(prefix)
+	prefix = append(prefix, make([]byte, ml+16)...)
+	if _, err := io.ReadFull(r, prefix[start:]); err != nil {
 		return nil, 0, err
 	}
 	rec, err := decodePayload(prefix)
@@ -366,7 +388,7 @@ func (s *Store) loadSnapshot(segs []uint64) (from, nextLSN uint64, err error) {
 	var firstErr error
 	for _, g := range gens {
 		path := filepath.Join(dir, g.name)
-		nextLSN, objs, err := readSnapshotFile(path, s.cfg.MaxFilterBytes)
+		nextLSN, objs, err := readSnapshotFile(path, s.cfg.MaxFilterBytes, s.cfg.Now)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = fmt.Errorf("%s: %w", path, err)
@@ -415,7 +437,7 @@ func (s *Store) markDamaged(names []string) {
 	}
 }
 
-func readSnapshotFile(path string, maxFilter int64) (uint64, []*object, error) {
+func readSnapshotFile(path string, maxFilter int64, now func() time.Time) (uint64, []*object, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, nil, err
@@ -425,7 +447,7 @@ func readSnapshotFile(path string, maxFilter int64) (uint64, []*object, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return readSnapshot(f, size, maxFilter)
+	return readSnapshot(f, size, maxFilter, now)
 }
 
 // replaySegment applies a log segment and returns the last LSN in it. A
@@ -480,7 +502,7 @@ func (s *Store) apply(r *record) error {
 		if o != nil {
 			return nil
 		}
-		o, err := newObject(r.name, r.meta)
+		o, err := newObject(r.name, r.meta, s.cfg.Now)
 		if err != nil {
 			return fmt.Errorf("serve: replay create %q: %w", r.name, err)
 		}
@@ -488,7 +510,7 @@ func (s *Store) apply(r *record) error {
 		s.keys[r.name] = o
 		s.used.Add(o.bytes)
 	case opPut:
-		n, err := objectFromPut(r, s.cfg.MaxFilterBytes)
+		n, err := objectFromPut(r, s.cfg.MaxFilterBytes, s.cfg.Now)
 		if err != nil {
 			return fmt.Errorf("serve: replay restore %q: %w", r.name, err)
 		}
@@ -502,6 +524,13 @@ func (s *Store) apply(r *record) error {
 			delete(s.keys, r.name)
 			s.used.Add(-o.bytes)
 		}
+	case opXAdd:
+		if o == nil || o.wf == nil {
+			return nil
+		}
+		s.replayXAdd(o, r)
+		o.lsn = r.lsn
+		s.remeasure(o)
 	case opAdd, opAddNX, opRemove:
 		if o == nil {
 			return nil

@@ -146,12 +146,18 @@ func serveMain(ctx context.Context, file *serveFile, log *slog.Logger, stdout io
 	if err != nil {
 		return err
 	}
+	expiringSets, closeExpiring, err := openExpiringSets(ctx, file.Sets)
+	defer closeExpiring()
+	if err != nil {
+		return err
+	}
 	store, err := serve.Open(serve.Config{
 		DataDir:          file.Data,
 		Fsync:            serve.Fsync(file.Fsync),
 		SnapshotInterval: file.SnapshotInterval,
 		MaxMemory:        file.MaxMemory,
 		Sets:             sets,
+		ExpiringSets:     expiringSets,
 		Logger:           log,
 	})
 	if err != nil {
@@ -248,6 +254,9 @@ func openSets(ctx context.Context, decls []setDecl, dataDir string, reg promethe
 	}
 	var out []serve.SetConfig
 	for _, d := range decls {
+		if d.Kind == "expiring" {
+			continue // openExpiringSets
+		}
 		sc := serve.SetConfig{Name: d.Name, Kind: d.Kind, FPRate: d.FPRate, Capacity: d.Capacity,
 			RebuildInterval: d.RebuildInterval, Registerer: reg}
 		if d.Normalize == "lowertrim" {

@@ -62,6 +62,11 @@ type setDecl struct {
 	FPRate                        float64
 	Capacity                      uint64
 	RebuildInterval               time.Duration
+	// kind expiring: see serve_expiring.go
+	FollowGiven   bool // "follow" was written
+	ExpiresColumn string
+	MaxTTL        time.Duration
+	Generations   int
 
 	// The change feed. Follow is false only with "follow no".
 	Follow            bool
@@ -173,6 +178,9 @@ func parseServeFile(r io.Reader) (*serveFile, error) {
 		return nil, fmt.Errorf("line %s: set %q: missing closing \"}\"", set.Line, set.Name)
 	}
 	for i := range f.Sets {
+		if err := f.Sets[i].checkExpiring(); err != nil {
+			return nil, err
+		}
 		if err := f.Sets[i].check(); err != nil {
 			return nil, fmt.Errorf("line %s: set %q: %w", f.Sets[i].Line, f.Sets[i].Name, err)
 		}
@@ -276,8 +284,8 @@ func (s *setDecl) apply(l confLine) error {
 	case "confirm":
 		s.Confirm = l.value
 	case "kind":
-		if l.value != "bloom" && l.value != "cuckoo" {
-			return l.errorf("want bloom or cuckoo")
+		if l.value != "bloom" && l.value != "cuckoo" && l.value != "expiring" {
+			return l.errorf("want bloom, cuckoo or expiring")
 		}
 		s.Kind = l.value
 	case "normalize":
@@ -297,8 +305,11 @@ func (s *setDecl) apply(l confLine) error {
 		}
 	case "rebuild-interval":
 		s.RebuildInterval, err = l.duration()
+	case "expires-column", "max-ttl", "generations":
+		return s.applyExpiring(l)
 	case "follow":
 		s.Follow, err = l.yesNo()
+		s.FollowGiven = true
 	case "slot":
 		s.Slot = l.value
 	case "publication":

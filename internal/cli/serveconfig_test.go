@@ -87,6 +87,17 @@ func TestDocsConfig(t *testing.T) {
 		f.Sets[0].Confirm != "SELECT 1 FROM users WHERE email = lower(trim($1))" || f.Sets[0].Table != "users" || f.Sets[0].Column != "email" {
 		t.Errorf("docs/serve.md config parsed as %+v", f)
 	}
+	// The README's serve quick start.
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ = strings.Cut(string(readme), "## Quick start: serve")
+	_, rest, ok = strings.Cut(rest, "```conf\n")
+	block, _, _ = strings.Cut(rest, "```")
+	if f, err = parseServeFile(strings.NewReader(block)); !ok || err != nil || len(f.Sets) != 1 || !f.Sets[0].Follow {
+		t.Errorf("README serve quick start config (found %v): %v, parsed as %+v", ok, err, f)
+	}
 }
 
 func TestParseServeFileErrors(t *testing.T) {

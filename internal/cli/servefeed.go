@@ -99,7 +99,7 @@ func openKeeper(ctx context.Context, d setDecl, sc serve.SetConfig, dataDir stri
 		}
 		k.instance, k.snaps = inst, inst.Snapshots()
 		if feederGate != nil {
-			f, err := set.NewFeeder(jetstream.FeederConfig{Source: k.source, Gate: feederGate, Follow: follow})
+			f, err := set.NewFeeder(jetstream.FeederConfig{Feed: k.source, Gate: feederGate, Follow: follow})
 			if err != nil {
 				return nil, closers, fmt.Errorf("set %q: %w", d.Name, err)
 			}
@@ -124,15 +124,31 @@ func openKeeper(ctx context.Context, d setDecl, sc serve.SetConfig, dataDir stri
 		}
 		k.instance, k.snaps = inst, inst.Snapshots()
 		if feederGate != nil {
-			f, err := set.NewFeeder(redisstream.FeederConfig{Source: k.source, Gate: feederGate, Follow: follow})
+			f, err := set.NewFeeder(redisstream.FeederConfig{Feed: k.source, Gate: feederGate, Follow: follow})
 			if err != nil {
 				return nil, closers, fmt.Errorf("set %q: %w", d.Name, err)
 			}
 			k.feeder = f
 		}
 	}
+	if feed != nil {
+		// The instance's freshness comes from the database's own head where
+		// this process can read it: the feeder's heartbeat is a position
+		// read up to a heartbeat earlier, and a dead feeder's stays put, so
+		// an instance that marks it "now" overstates its freshness by the
+		// heartbeat's age (up to HeadTimeout, 5 s, during a takeover).
+		k.instance = dbHead{Feed: k.instance, db: feed}
+	}
 	return k, closers, nil
 }
+
+// dbHead is a fan-out instance whose Head is the database's.
+type dbHead struct {
+	bloomgate.Feed
+	db bloomgate.Feed
+}
+
+func (d dbHead) Head(ctx context.Context) (changefeed.Position, error) { return d.db.Head(ctx) }
 
 // openFeed returns the set's PostgreSQL change feed after checking, within
 // timeout, that the server answers, that wal_level is logical and that the

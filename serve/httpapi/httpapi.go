@@ -65,6 +65,10 @@ type FilterSpec struct {
 	Expansion  int     `json:"expansion"`
 	NonScaling bool    `json:"nonscaling"`  // bloom: never grow
 	BucketSize int     `json:"bucket_size"` // cuckoo
+	// Expiring keys (kind "expiring"): MaxTTLSeconds is required; Capacity
+	// is the adds expected within one max TTL; error_rate defaults to 0.001.
+	MaxTTLSeconds int64 `json:"max_ttl_seconds"`
+	Generations   int   `json:"generations"`
 }
 
 // SetInfo describes one key in GET /v1/sets.
@@ -88,6 +92,8 @@ type SetInfo struct {
 	ObservedFP     uint64  `json:"observed_false_positives,omitempty"`
 	ObservedFPRate float64 `json:"observed_fp_rate,omitempty"`
 	HasConfirm     bool    `json:"has_confirm,omitempty"`
+	// Expiring describes an expiring key (kind "expiring").
+	Expiring *ExpiringInfo `json:"expiring,omitempty"`
 }
 
 type api struct {
@@ -184,7 +190,7 @@ func writeServeError(w http.ResponseWriter, err error) {
 // SetReadiness is one table-backed set in /readyz.
 type SetReadiness struct {
 	Ready bool   `json:"ready"`
-	Mode  string `json:"mode"`  // follow or rebuild
+	Mode  string `json:"mode"`  // follow, rebuild, or rescan (a table-backed expiring set)
 	Role  string `json:"role"`  // none, follower, feeder, standby or instance
 	State string `json:"state"` // the gate's state: warming, ready, rebuilding, degraded
 	// Reason says why the set is not ready ("" when it is).
@@ -209,6 +215,7 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 		sets[s.Name()] = sr
 		ready = ready && sr.Ready
 	}
+	ready = a.expiringReadiness(sets) && ready
 	status := http.StatusOK
 	if !ready {
 		status = http.StatusServiceUnavailable
@@ -252,6 +259,8 @@ func (a *api) info(name string) (SetInfo, bool) {
 			return SetInfo{}, false
 		}
 		return SetInfo{Name: name, Kind: "cuckoo", Ready: true, Capacity: ci.Capacity, Items: ci.Inserted - min(ci.Deleted, ci.Inserted), Bytes: ci.Size, Filters: ci.Filters}, true
+	case serve.KindExpiring:
+		return a.expiringInfo(name)
 	}
 	return SetInfo{}, false
 }
@@ -307,8 +316,10 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 	case "cuckoo":
 		p := serve.CuckooParams{Capacity: spec.Capacity, BucketSize: spec.BucketSize, Expansion: spec.Expansion}
 		err = a.store.CFReserve(name, p)
+	case "expiring":
+		err = a.createExpiring(name, spec)
 	default:
-		writeError(w, http.StatusBadRequest, "bad_argument", "kind must be bloom or cuckoo")
+		writeError(w, http.StatusBadRequest, "bad_argument", "kind must be bloom, cuckoo or expiring")
 		return
 	}
 	if err != nil {
@@ -372,6 +383,9 @@ func (a *api) contains(w http.ResponseWriter, r *http.Request) {
 
 type keysBody struct {
 	Keys []string `json:"keys"`
+	// An expiring key's adds take one of these (seconds, fractions allowed).
+	TTLSeconds *float64 `json:"ttl_seconds,omitempty"`
+	ExpiresAt  *float64 `json:"expires_at,omitempty"` // Unix seconds
 }
 
 func toBytes(keys []string) [][]byte {
@@ -420,6 +434,10 @@ func (a *api) add(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("name")
 	keys := toBytes(body.Keys)
+	if a.store.Type(name) == serve.KindExpiring || body.TTLSeconds != nil || body.ExpiresAt != nil {
+		a.addExpiring(w, name, keys, body)
+		return
+	}
 	if a.store.Type(name) == serve.KindCuckoo {
 		res, full, err := a.store.CFAdd(name, keys, serve.CuckooParams{}, true, false)
 		if err != nil {

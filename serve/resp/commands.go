@@ -71,6 +71,7 @@ func init() {
 		{"bg.existsat", 4, false, cmdBGExistsAt},
 		{"bf.existsat", 4, false, cmdBFExistsAt},
 	}
+	list = append(list, expiringCommands...)
 	commandTable = make(map[string]*command, len(list))
 	for _, c := range list {
 		commandTable[c.name] = c
