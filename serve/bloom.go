@@ -2,7 +2,6 @@ package serve
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 
 	"github.com/bloomgate/bloomgate/filter"
@@ -22,15 +21,22 @@ type BloomParams struct {
 	// is a little larger and more accurate. Default: 0.01.
 	ErrorRate float64
 	// Expansion is how many times larger each new sub-filter is.
-	// Default: 2. At most 64 (RedisBloom allows 32768).
+	// Default: 2. At most 32768, as RedisBloom; the filter grows by at
+	// most 64 times per sub-filter (a larger factor is reported as given
+	// but grows by 64: already the second sub-filter then holds 4096 times
+	// the first).
 	Expansion uint32
 	// NonScaling makes the filter refuse items (ErrNonScalingFull) once it
 	// holds Capacity, instead of growing. RedisBloom's EXPANSION 0 means this.
 	NonScaling bool
 }
 
-// maxBloomExpansion is the largest expansion filter.Scalable supports.
-const maxBloomExpansion = 64
+// maxBloomExpansion is RedisBloom's largest expansion; maxBloomGrowth the
+// largest filter.Scalable grows by.
+const (
+	maxBloomExpansion = 32768
+	maxBloomGrowth    = 64
+)
 
 // defaultBloomParams are RedisBloom's auto-create defaults.
 var defaultBloomParams = BloomParams{Capacity: 100, ErrorRate: 0.01, Expansion: 2}
@@ -55,11 +61,11 @@ func (p BloomParams) merge(d BloomParams) BloomParams {
 func (p BloomParams) check() error {
 	switch {
 	case !(p.ErrorRate > 0 && p.ErrorRate < 1):
-		return argError("ERR error rate must be in the range (0.000000, 1.000000)")
+		return ErrBadErrorRate
 	case p.Capacity < 1 || p.Capacity > 1<<30:
-		return argError("ERR capacity must be in the range [1, 1073741824]")
+		return ErrBadCapacity
 	case p.Expansion > maxBloomExpansion:
-		return argError(fmt.Sprintf("ERR expansion must be in the range [0, %d]", maxBloomExpansion))
+		return ErrBadExpansion
 	}
 	return nil
 }
@@ -74,7 +80,7 @@ func (p BloomParams) predictedBytes() int64 {
 }
 
 func (p BloomParams) build() (*filter.Scalable, error) {
-	exp := p.Expansion
+	exp := min(p.Expansion, maxBloomGrowth)
 	if p.NonScaling {
 		exp = 0 // filter default; never used without growth
 	}
@@ -93,7 +99,7 @@ func (s *Store) BFReserve(name string, p BloomParams) error {
 		return err
 	}
 	if s.sets[name] != nil {
-		return ErrExists
+		return ErrExists // a set answers BF.* as a Bloom key
 	}
 	_, err := s.create(name, meta{kind: KindBloom, bloom: p.merge(s.cfg.BloomDefaults)}, true)
 	return err
@@ -117,8 +123,14 @@ func (s *Store) BFAdd(name string, items [][]byte, create BloomParams, noCreate 
 	if err := s.checkWrite(); err != nil {
 		return nil, nil, err
 	}
+	m := meta{kind: KindBloom, bloom: create.merge(s.cfg.BloomDefaults)}
+	if create != (BloomParams{}) {
+		if err := m.check(); err != nil {
+			return nil, nil, err // checked even when the key exists, as RedisBloom
+		}
+	}
 	for {
-		o, err := s.getOrCreate(name, meta{kind: KindBloom, bloom: create.merge(s.cfg.BloomDefaults)}, noCreate)
+		o, err := s.getOrCreate(name, m, noCreate)
 		if err != nil {
 			return nil, nil, err
 		}

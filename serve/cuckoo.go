@@ -54,13 +54,13 @@ func (p CuckooParams) merge(d CuckooParams) CuckooParams {
 func (p CuckooParams) check() error {
 	switch {
 	case p.BucketSize < 1 || p.BucketSize > 255:
-		return argError("BUCKETSIZE: value must be in the range [1, 255]")
+		return ErrBadBucketSize
 	case p.MaxIterations < 1 || p.MaxIterations > 65535:
-		return argError("MAXITERATIONS: value must be in the range [1, 65535]")
+		return ErrBadMaxIterations
 	case p.Expansion < 0 || p.Expansion > 32768:
-		return argError("EXPANSION: value must be in the range [0, 32768]")
+		return ErrBadCuckooExpansion
 	case p.Capacity < 2*uint64(p.BucketSize) || p.Capacity > 1<<30:
-		return argError("Capacity must be in the range [2 * BUCKETSIZE, 1073741824]")
+		return ErrBadCuckooCapacity
 	}
 	return nil
 }
@@ -74,6 +74,17 @@ func (p CuckooParams) bucketSize() int {
 		return 4
 	}
 	return 8
+}
+
+// redisBloomSlots is the slots of RedisBloom's first table for p:
+// next power of two of Capacity/BucketSize buckets of BucketSize slots.
+func (p CuckooParams) redisBloomSlots() uint64 {
+	b := max(uint64(p.BucketSize), 1)
+	n := uint64(1)
+	for n < p.Capacity/b {
+		n <<= 1
+	}
+	return n * b
 }
 
 func (p CuckooParams) maxFilters() int {
@@ -105,7 +116,7 @@ func (s *Store) CFReserve(name string, p CuckooParams) error {
 		return err
 	}
 	if s.sets[name] != nil {
-		return ErrExists
+		return ErrWrongType // a set answers BF.*, not CF.*
 	}
 	_, err := s.create(name, meta{kind: KindCuckoo, cuckoo: p.merge(s.cfg.CuckooDefaults)}, true)
 	return err
@@ -127,8 +138,14 @@ func (s *Store) CFAdd(name string, items [][]byte, create CuckooParams, noCreate
 	if err := s.checkWrite(); err != nil {
 		return nil, nil, err
 	}
+	m := meta{kind: KindCuckoo, cuckoo: create.merge(s.cfg.CuckooDefaults)}
+	if create != (CuckooParams{}) {
+		if err := m.check(); err != nil {
+			return nil, nil, err // checked even when the key exists, as RedisBloom
+		}
+	}
 	for {
-		o, err := s.getOrCreate(name, meta{kind: KindCuckoo, cuckoo: create.merge(s.cfg.CuckooDefaults)}, noCreate)
+		o, err := s.getOrCreate(name, m, noCreate)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -178,9 +195,16 @@ func (o *object) cuckooAdd(hashes []uint64, nx bool) (res []int, full error) {
 
 // cuckooAddHash inserts h (with nx, only if o may not hold it) and returns
 // 1 when it did, 0 when nx skipped it and -1 when it did not fit.
+//
+// A filter that may not grow holds at most as many items as RedisBloom's
+// table for the same parameters has slots (redisBloomSlots), though its own
+// table is sized differently (see docs/serve.md).
 func (o *object) cuckooAddHash(h uint64, nx bool) int {
 	if nx && o.cf.MayContainHash(h) {
 		return 0
+	}
+	if p := o.meta.cuckoo; p.maxFilters() == 1 && o.card.Load()-o.deletes.Load() >= p.redisBloomSlots() {
+		return -1
 	}
 	if o.cf.AddHash(h) != nil {
 		return -1

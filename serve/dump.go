@@ -102,6 +102,9 @@ func (s *Store) LoadChunk(name string, kind Kind, iter int64, data []byte) error
 }
 
 func (s *Store) startLoad(name string, kind Kind, hdr []byte) error {
+	if _, k := s.lookup(name); k != KindNone && k != kind {
+		return ErrWrongType
+	}
 	if len(hdr) != dumpHeaderLen || string(hdr[:8]) != dumpMagic {
 		return ErrBadData
 	}
@@ -111,6 +114,9 @@ func (s *Store) startLoad(name string, kind Kind, hdr []byte) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if o := s.keys[name]; o != nil && o.kind != kind {
+		return ErrWrongType
+	}
 	if s.keys[name] != nil || s.loads[name] != nil {
 		return ErrBadData
 	}

@@ -35,6 +35,20 @@ var (
 	ErrRemoveFailed   = &Error{"remove_unsupported", "ERR filter cannot remove keys"}
 )
 
+// Parameter range errors, with BF.RESERVE's and CF.RESERVE's texts. Every
+// parameter is checked here, once, for RESP and HTTP alike; a command whose
+// RedisBloom text differs (BF.INSERT's "Bad capacity") matches these with
+// errors.Is and replies its own.
+var (
+	ErrBadErrorRate       = &Error{"bad_argument", "ERR error rate must be in the range (0.000000, 1.000000)"}
+	ErrBadCapacity        = &Error{"bad_argument", "ERR capacity must be in the range [1, 1073741824]"}
+	ErrBadExpansion       = &Error{"bad_argument", "ERR expansion must be in the range [0, 32768]"}
+	ErrBadBucketSize      = &Error{"bad_argument", "BUCKETSIZE: value must be in the range [1, 255]"}
+	ErrBadMaxIterations   = &Error{"bad_argument", "MAXITERATIONS: value must be in the range [1, 65535]"}
+	ErrBadCuckooExpansion = &Error{"bad_argument", "EXPANSION: value must be in the range [0, 32768]"}
+	ErrBadCuckooCapacity  = &Error{"bad_argument", "Capacity must be in the range [2 * BUCKETSIZE, 1073741824]"}
+)
+
 // argError returns an *Error for a bad argument with RedisBloom's text.
 func argError(msg string) error { return &Error{"bad_argument", msg} }
 

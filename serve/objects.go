@@ -99,10 +99,10 @@ func (s *Store) create(name string, m meta, exclusive bool) (*object, error) {
 		switch {
 		case old == nil:
 			return nil, ErrLoading
-		case exclusive:
-			return nil, ErrExists
 		case old.kind != m.kind:
 			return nil, ErrWrongType
+		case exclusive:
+			return nil, ErrExists
 		}
 		return old, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"time"
 
@@ -249,16 +250,22 @@ func (d *decoder) meta() meta {
 // encodeFilter returns o's filter in its binary format. Call with o.mu held.
 func (o *object) encodeFilter() ([]byte, error) {
 	var buf bytes.Buffer
+	err := o.writeFilter(&buf)
+	return buf.Bytes(), err
+}
+
+// writeFilter writes o's filter in its binary format. Call with o.mu held.
+func (o *object) writeFilter(w io.Writer) error {
 	var err error
 	switch {
 	case o.wf != nil:
-		_, err = o.wf.WriteTo(&buf)
+		_, err = o.wf.WriteTo(w)
 	case o.bf != nil:
-		_, err = o.bf.WriteTo(&buf)
+		_, err = o.bf.WriteTo(w)
 	default:
-		_, err = o.cf.WriteTo(&buf)
+		_, err = o.cf.WriteTo(w)
 	}
-	return buf.Bytes(), err
+	return err
 }
 
 // putRecord returns a record that recreates o as it is. Call with o.mu held.
@@ -267,22 +274,39 @@ func (o *object) putRecord() (*record, error) {
 	if err != nil {
 		return nil, err
 	}
+	r := o.putHead()
+	r.filter = data
+	return r, nil
+}
+
+// putHead returns o's opPut record without its filter. Call with o.mu held.
+func (o *object) putHead() *record {
 	r := &record{lsn: o.lsn, op: opPut, name: o.name, meta: o.meta,
-		card: o.card.Load(), deletes: o.deletes.Load(), filter: data}
+		card: o.card.Load(), deletes: o.deletes.Load()}
 	if o.wf != nil {
 		r.deletes = uint64(o.failOpenUntil.Load())
 	}
-	return r, nil
+	return r
 }
 
 // objectFromPut decodes the filter of an opPut record; now is an expiring
 // key's clock.
 func objectFromPut(r *record, maxBytes int64, now func() time.Time) (*object, error) {
+	rd := bytes.NewReader(r.filter)
+	o, err := objectFromPutReader(r, rd, maxBytes, now)
+	if err == nil && rd.Len() != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the filter", errBadRecord, rd.Len())
+	}
+	return o, err
+}
+
+// objectFromPutReader decodes the filter of the opPut record r from rd.
+func objectFromPutReader(r *record, rd io.Reader, maxBytes int64, now func() time.Time) (*object, error) {
 	cfg := filter.DecodeConfig{MaxBytes: uint64(maxBytes)}
 	var o *object
 	switch r.meta.kind {
 	case KindExpiring:
-		wf, err := filter.DecodeWindowed(bytes.NewReader(r.filter), cfg, now)
+		wf, err := filter.DecodeWindowed(rd, cfg, now)
 		if err != nil {
 			return nil, err
 		}
@@ -290,13 +314,13 @@ func objectFromPut(r *record, maxBytes int64, now func() time.Time) (*object, er
 			return nil, err
 		}
 	case KindBloom:
-		bf, err := filter.DecodeScalable(bytes.NewReader(r.filter), cfg)
+		bf, err := filter.DecodeScalable(rd, cfg)
 		if err != nil {
 			return nil, err
 		}
 		o = objectFrom(r.name, r.meta, bf, nil)
 	case KindCuckoo:
-		cf, err := filter.DecodeCuckoo(bytes.NewReader(r.filter), cfg)
+		cf, err := filter.DecodeCuckoo(rd, cfg)
 		if err != nil {
 			return nil, err
 		}

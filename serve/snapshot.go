@@ -123,22 +123,9 @@ func writeSnapshot(w io.Writer, nextLSN uint64, objs []*object) error {
 	}
 	var buf []byte
 	for _, o := range objs {
-		o.mu.Lock()
-		if o.dead || o.table != nil { // a table-backed set is rebuilt from its table
-			o.mu.Unlock()
-			continue
-		}
-		r, err := o.putRecord()
-		o.mu.Unlock()
+		var err error
+		buf, err = o.writeEntry(out, buf)
 		if err != nil {
-			return err
-		}
-		buf = r.appendPayload(buf[:0])
-		entry := binary.LittleEndian.AppendUint64([]byte{1}, uint64(len(buf)))
-		if _, err := out.Write(entry); err != nil {
-			return err
-		}
-		if _, err := out.Write(buf); err != nil {
 			return err
 		}
 	}
@@ -149,6 +136,48 @@ func writeSnapshot(w io.Writer, nextLSN uint64, objs []*object) error {
 		return err
 	}
 	return bw.Flush()
+}
+
+// writeEntry writes o's snapshot entry (nothing if o was deleted), streaming
+// the filter from its tables instead of copying it: a snapshot costs no
+// memory beyond its buffers. The filter is encoded twice, once to count its
+// bytes for the entry's length; o.mu is held throughout, so both are the
+// same. buf is scratch space, returned for reuse.
+func (o *object) writeEntry(w io.Writer, buf []byte) ([]byte, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.dead || o.table != nil { // a table-backed set is rebuilt from its table
+		return buf, nil
+	}
+	r := o.putHead()
+	prefix := r.appendPayload(buf[:0])
+	var count countingWriter
+	if err := o.writeFilter(&count); err != nil {
+		return prefix, err
+	}
+	entry := binary.LittleEndian.AppendUint64([]byte{1}, uint64(len(prefix))+uint64(count))
+	if _, err := w.Write(entry); err != nil {
+		return prefix, err
+	}
+	if _, err := w.Write(prefix); err != nil {
+		return prefix, err
+	}
+	check := countingWriter(0)
+	if err := o.writeFilter(io.MultiWriter(w, &check)); err != nil {
+		return prefix, err
+	}
+	if check != count {
+		return prefix, fmt.Errorf("serve: snapshot of %q: filter encoded to %d bytes, then %d", o.name, count, check)
+	}
+	return prefix, nil
+}
+
+// countingWriter counts the bytes written to it.
+type countingWriter int64
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	*c += countingWriter(len(p))
+	return len(p), nil
 }
 
 // readSnapshot decodes a snapshot of size bytes. Every failure wraps
@@ -187,18 +216,19 @@ func readSnapshot(r io.Reader, size, maxFilter int64, now func() time.Time) (uin
 		if n > uint64(left) || n > uint64(maxFilter)+1<<16 {
 			return fail("entry of %d bytes past the end", n)
 		}
-		payload := make([]byte, n)
-		if _, err := io.ReadFull(cr, payload); err != nil {
-			return fail("truncated")
-		}
 		left -= int64(n)
-		rec, err := decodePayload(payload)
-		if err != nil || rec.op != opPut || seen[rec.name] {
+		rec, rest, err := readPutPrefix(cr, n)
+		if err != nil || seen[rec.name] {
 			return fail("bad entry %d", len(objs))
 		}
-		o, err := objectFromPut(rec, maxFilter, now)
+		// The filter is decoded straight from the file, not from a copy.
+		lr := &io.LimitedReader{R: cr, N: int64(rest)}
+		o, err := objectFromPutReader(rec, lr, maxFilter, now)
 		if err != nil {
 			return fail("key %q: %v", rec.name, err)
+		}
+		if lr.N != 0 {
+			return fail("key %q: %d bytes after its filter", rec.name, lr.N)
 		}
 		seen[rec.name] = true
 		objs = append(objs, o)
@@ -215,6 +245,60 @@ func readSnapshot(r io.Reader, size, maxFilter int64, now func() time.Time) (uin
 		return fail("%d bytes after the end", left-4)
 	}
 	return nextLSN, objs, nil
+}
+
+// The part of an opPut payload before the filter: lsn, op and name length
+// (putPrefixHead); the name; the meta (a kind byte and metaLen(kind) bytes);
+// the two counters.
+const (
+	putPrefixHead = 8 + 1 + 4
+	putPrefixTail = 1 + 21 + 8 + 8 // with the shortest meta
+)
+
+// metaLen is the bytes of a meta after its kind byte (see appendMeta), or -1
+// for an unknown kind.
+func metaLen(k Kind) int {
+	switch k {
+	case KindBloom, KindCuckoo:
+		return 21
+	case KindExpiring:
+		return 1 + 8 + 8 + 8 + 4
+	}
+	return -1
+}
+
+// readPutPrefix reads the part of an opPut payload of n bytes before the
+// filter and returns it decoded, with the filter's length.
+func readPutPrefix(r io.Reader, n uint64) (*record, uint64, error) {
+	if n < putPrefixHead+putPrefixTail {
+		return nil, 0, errBadRecord
+	}
+	head := make([]byte, putPrefixHead, 256)
+	if _, err := io.ReadFull(r, head); err != nil {
+		return nil, 0, err
+	}
+	nameLen := uint64(binary.LittleEndian.Uint32(head[9:]))
+	if nameLen > n-putPrefixHead-putPrefixTail {
+		return nil, 0, errBadRecord
+	}
+	prefix := append(head, make([]byte, nameLen+1)...)
+	if _, err := io.ReadFull(r, prefix[putPrefixHead:]); err != nil {
+		return nil, 0, err
+	}
+	ml := metaLen(Kind(prefix[len(prefix)-1]))
+	if ml < 0 || uint64(len(prefix)+ml+16) > n {
+		return nil, 0, errBadRecord
+	}
+	start := len(prefix)
+	prefix = append(prefix, make([]byte, ml+16)...)
+	if _, err := io.ReadFull(r, prefix[start:]); err != nil {
+		return nil, 0, err
+	}
+	rec, err := decodePayload(prefix)
+	if err != nil || rec.op != opPut {
+		return nil, 0, errBadRecord
+	}
+	return rec, n - uint64(len(prefix)), nil
 }
 
 // snapshotGen is one snapshot file: it covers the log before segment seg.

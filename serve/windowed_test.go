@@ -58,7 +58,7 @@ func TestExpiringErrors(t *testing.T) {
 		want error
 	}{
 		{"reserve twice", s.XReserve("x", xparams(time.Hour, 1000)), ErrExists},
-		{"reserve over a bloom key", s.XReserve("bf", xparams(time.Hour, 1000)), ErrExists},
+		{"reserve over a bloom key", s.XReserve("bf", xparams(time.Hour, 1000)), ErrWrongType},
 		{"no max TTL", s.XReserve("y", xparams(0, 1000)), nil},
 		{"no capacity", s.XReserve("y", xparams(time.Hour, 0)), nil},
 		{"one generation", s.XReserve("y", ExpiringParams{MaxTTL: time.Hour, Capacity: 10, Generations: 1}), nil},

@@ -209,6 +209,14 @@ func serveMain(ctx context.Context, file *serveFile, log *slog.Logger, stdout io
 		}()
 		log.Info("serving HTTP", "addr", ln.Addr().String())
 	}
+	memCtx, stopMem := context.WithCancel(ctx)
+	defer stopMem()
+	followMemoryLimit(memCtx, store.UsedMemory, func() int64 {
+		if respSrv == nil {
+			return 0
+		}
+		return respSrv.Stats().Connections
+	}, file.MaxMemory)
 	fmt.Fprintln(stdout, "bloomgate serve: ready")
 	select {
 	case <-ctx.Done():

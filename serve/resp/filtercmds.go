@@ -38,7 +38,7 @@ func cmdBFReserve(c *conn, args [][]byte) {
 		return
 	}
 	if !(rate > 0 && rate < 1) {
-		c.w.errorMsg("ERR error rate must be in the range (0.000000, 1.000000)")
+		c.replyErr(serve.ErrBadErrorRate) // before the capacity is parsed, as RedisBloom
 		return
 	}
 	capacity, ok := parseInt(args[3])
@@ -46,8 +46,8 @@ func cmdBFReserve(c *conn, args [][]byte) {
 		c.w.errorMsg("ERR bad capacity")
 		return
 	}
-	if capacity < 1 || capacity > 1<<30 {
-		c.w.errorMsg("ERR capacity must be in the range [1, 1073741824]")
+	if capacity < 1 {
+		c.replyErr(serve.ErrBadCapacity) // zero would mean the default below
 		return
 	}
 	p.ErrorRate, p.Capacity = rate, uint64(capacity)
@@ -66,8 +66,8 @@ func cmdBFReserve(c *conn, args [][]byte) {
 			c.w.errorMsg("Nonscaling filters cannot expand")
 			return
 		}
-		if e < 0 || e > 32768 {
-			c.w.errorMsg("ERR expansion must be in the range [0, 32768]")
+		if e < 0 || e > 1<<31 {
+			c.replyErr(serve.ErrBadExpansion)
 			return
 		}
 		if e == 0 {
@@ -136,7 +136,7 @@ func cmdBFInsert(c *conn, args [][]byte) {
 			p.NonScaling = true
 		case eqFold(a, "CAPACITY") && i+1 < len(args):
 			v, ok := parseInt(args[i+1])
-			if !ok || v < 1 || v > 1<<30 {
+			if !ok || v < 1 || v > 1<<31 {
 				c.w.errorMsg("Bad capacity")
 				return
 			}
@@ -144,7 +144,7 @@ func cmdBFInsert(c *conn, args [][]byte) {
 			i++
 		case eqFold(a, "ERROR") && i+1 < len(args):
 			v, ok := parseFloat(args[i+1])
-			if !ok || !(v > 0 && v < 1) {
+			if !ok || !(v > 0) {
 				c.w.errorMsg("Bad error rate")
 				return
 			}
@@ -152,7 +152,7 @@ func cmdBFInsert(c *conn, args [][]byte) {
 			i++
 		case eqFold(a, "EXPANSION") && i+1 < len(args):
 			v, ok := parseInt(args[i+1])
-			if !ok || v < 0 || v > 32768 {
+			if !ok || v < 0 || v > 1<<31 {
 				c.w.errorMsg("Bad expansion")
 				return
 			}
@@ -175,11 +175,18 @@ items:
 		p.Expansion = 0
 	}
 	added, stop, err := c.s.store.BFAdd(string(args[1]), args[i+1:], p, noCreate)
-	if err != nil {
+	switch {
+	case errors.Is(err, serve.ErrBadCapacity):
+		c.w.errorMsg("Bad capacity") // BF.INSERT's texts for the same ranges
+	case errors.Is(err, serve.ErrBadErrorRate):
+		c.w.errorMsg("Bad error rate")
+	case errors.Is(err, serve.ErrBadExpansion):
+		c.w.errorMsg("Bad expansion")
+	case err != nil:
 		c.replyErr(err)
-		return
+	default:
+		c.writeAdded(added, stop)
 	}
-	c.writeAdded(added, stop)
 }
 
 func cmdBFExists(c *conn, args [][]byte) {
@@ -323,20 +330,16 @@ func cmdCFReserve(c *conn, args [][]byte) {
 	if p.Expansion == 0 {
 		p.NoExpansion = true
 	}
-	if p.BucketSize < 1 || p.BucketSize > 255 {
-		c.w.errorMsg("BUCKETSIZE: value must be in the range [1, 255]")
+	// Zero would mean "the default" to the store; RedisBloom refuses it.
+	switch {
+	case p.BucketSize < 1:
+		c.replyErr(serve.ErrBadBucketSize)
 		return
-	}
-	if p.MaxIterations < 1 || p.MaxIterations > 65535 {
-		c.w.errorMsg("MAXITERATIONS: value must be in the range [1, 65535]")
+	case p.MaxIterations < 1:
+		c.replyErr(serve.ErrBadMaxIterations)
 		return
-	}
-	if p.Expansion < 0 || p.Expansion > 32768 {
-		c.w.errorMsg("EXPANSION: value must be in the range [0, 32768]")
-		return
-	}
-	if p.Capacity < 2*uint64(p.BucketSize) || p.Capacity > 1<<30 {
-		c.w.errorMsg("Capacity must be in the range [2 * BUCKETSIZE, 1073741824]")
+	case p.Capacity == 0:
+		c.replyErr(serve.ErrBadCuckooCapacity)
 		return
 	}
 	if err := c.s.store.CFReserve(string(args[1]), p); err != nil {
@@ -382,7 +385,7 @@ func (c *conn) cfInsert(args [][]byte, nx bool) {
 				c.w.errorMsg("Bad capacity")
 				return
 			}
-			if v < 2*2 || v > 1<<30 {
+			if v == 0 || v > 1<<31 {
 				c.w.errorMsg("Capacity must be in the range [cf-bucket-size * 2, 1073741824]")
 				return
 			}
@@ -399,6 +402,10 @@ items:
 		return
 	}
 	res, _, err := c.s.store.CFAdd(string(args[1]), args[i+1:], p, noCreate, nx)
+	if errors.Is(err, serve.ErrBadCuckooCapacity) {
+		c.w.errorMsg("Capacity must be in the range [cf-bucket-size * 2, 1073741824]")
+		return
+	}
 	if err != nil {
 		c.replyErr(err)
 		return

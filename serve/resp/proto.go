@@ -7,11 +7,11 @@ import (
 	"strconv"
 )
 
-// ProtocolError is a malformed request. The server replies with its text
+// protocolError is a malformed request. The server replies with its text
 // ("ERR Protocol error: …", as Redis) and closes that connection.
-type ProtocolError struct{ Msg string }
+type protocolError struct{ Msg string }
 
-func (e *ProtocolError) Error() string { return "ERR Protocol error: " + e.Msg }
+func (e *protocolError) Error() string { return "ERR Protocol error: " + e.Msg }
 
 // reader parses requests: RESP arrays of bulk strings, and inline commands
 // (a line of space-separated words, with "double" and 'single' quotes as
@@ -47,7 +47,7 @@ func (r *reader) next() ([][]byte, error) {
 	}
 	n, ok := parseInt(line[1:])
 	if !ok || n > int64(r.maxArgs) {
-		return nil, &ProtocolError{"invalid multibulk length"}
+		return nil, &protocolError{"invalid multibulk length"}
 	}
 	for i := int64(0); i < n; i++ {
 		if err := r.bulk(); err != nil {
@@ -61,7 +61,7 @@ func (r *reader) next() ([][]byte, error) {
 func (r *reader) line(limit int, tooBig string) ([]byte, error) {
 	line, err := r.br.ReadSlice('\n')
 	if errors.Is(err, bufio.ErrBufferFull) || len(line) > limit {
-		return nil, &ProtocolError{tooBig}
+		return nil, &protocolError{tooBig}
 	}
 	if err != nil {
 		if err == io.EOF && len(line) > 0 {
@@ -86,11 +86,11 @@ func (r *reader) bulk() error {
 		if len(hdr) > 0 {
 			c = string(hdr[:1])
 		}
-		return &ProtocolError{"expected '$', got '" + c + "'"}
+		return &protocolError{"expected '$', got '" + c + "'"}
 	}
 	n, ok := parseInt(hdr[1:])
 	if !ok || n < 0 || n > r.maxBulk {
-		return &ProtocolError{"invalid bulk length"}
+		return &protocolError{"invalid bulk length"}
 	}
 	start := len(r.arena)
 	for left := n; left > 0; {
@@ -107,7 +107,7 @@ func (r *reader) bulk() error {
 		return unexpected(err)
 	}
 	if crlf != [2]byte{'\r', '\n'} {
-		return &ProtocolError{"bulk string not terminated by CRLF"}
+		return &protocolError{"bulk string not terminated by CRLF"}
 	}
 	r.offs = append(r.offs, start, len(r.arena))
 	return nil
@@ -138,7 +138,7 @@ func (r *reader) inline(line []byte) ([][]byte, error) {
 			break
 		}
 		if len(r.offs)/2 >= r.maxArgs {
-			return nil, &ProtocolError{"too many arguments"}
+			return nil, &protocolError{"too many arguments"}
 		}
 		start := len(r.arena)
 		var err error
@@ -169,7 +169,7 @@ func (r *reader) quoted(line []byte, i int, q byte) (int, error) {
 		switch {
 		case c == q:
 			if i+1 < len(line) && !isSpace(line[i+1]) {
-				return 0, &ProtocolError{"unbalanced quotes in request"}
+				return 0, &protocolError{"unbalanced quotes in request"}
 			}
 			return i + 1, nil
 		case c == '\\' && q == '"' && i+1 < len(line):
@@ -204,7 +204,7 @@ func (r *reader) quoted(line []byte, i int, q byte) (int, error) {
 		r.arena = append(r.arena, c)
 		i++
 	}
-	return 0, &ProtocolError{"unbalanced quotes in request"}
+	return 0, &protocolError{"unbalanced quotes in request"}
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }

@@ -416,7 +416,7 @@ func (c *conn) serve() {
 		}
 		args, err := c.r.next()
 		if err != nil {
-			var pe *ProtocolError
+			var pe *protocolError
 			if errors.As(err, &pe) {
 				c.w.errorMsg(pe.Error())
 				c.w.bw.Flush()

@@ -1,0 +1,52 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"runtime/debug"
+	"time"
+)
+
+// Memory limit for `bloomgate serve`. A durable server's heap is mostly its
+// filters: large, pointer-free tables the collector scans in no time. With
+// only GOGC (100), the heap may grow to twice what is live before a
+// collection, so garbage from commands doubled the memory of a big filter.
+// A soft limit just above what the server holds makes the collector run
+// earlier instead; collections stay cheap because the tables hold no
+// pointers.
+const (
+	memLimitBase    = 12 << 20 // the runtime (an idle server maps about 12 MiB)
+	memLimitPerConn = 96 << 10 // a connection's read and write buffers, with room
+)
+
+// memoryLimit is the soft limit for filters of used bytes (bounded by
+// maxMemory when set) and conns open connections.
+func memoryLimit(used, maxMemory, conns int64) int64 {
+	if maxMemory > 0 {
+		used = min(used, maxMemory)
+	}
+	return used + used/16 + conns*memLimitPerConn + memLimitBase
+}
+
+// followMemoryLimit keeps the Go runtime's soft memory limit at memoryLimit
+// of what the server holds, checked every second, until ctx ends. It does
+// nothing when GOMEMLIMIT is set.
+func followMemoryLimit(ctx context.Context, used, conns func() int64, maxMemory int64) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	set := func() { debug.SetMemoryLimit(memoryLimit(used(), maxMemory, conns())) }
+	set()
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				set()
+			}
+		}
+	}()
+}
