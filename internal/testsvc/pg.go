@@ -54,8 +54,8 @@ type PG struct {
 
 // LogicalPostgres returns a fresh database, dropped when the test ends, on a
 // private cluster with wal_level=logical that this test binary shares: the
-// cluster starts on the first call (initdb on a free loopback port, well
-// under two seconds) and stops in Main, which the package's TestMain must
+// cluster starts on the first call (initdb on a free loopback port: about
+// 1.5 s on a quiet machine) and stops in Main, which the package's TestMain must
 // call. Do not stop, kill or restart it (NewPostgres gives a test a cluster
 // of its own for that). Without the PostgreSQL server binaries the test
 // skips or fails by the policy of Unavailable.
