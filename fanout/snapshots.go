@@ -208,7 +208,7 @@ func (ss *snapshots) records(ctx context.Context) ([]record, error) {
 		}
 		recs = append(recs, r)
 	}
-	if len(recs) == 2 && recs[0].newer(recs[1]) == false {
+	if len(recs) == 2 && !recs[0].newer(recs[1]) {
 		recs[0], recs[1] = recs[1], recs[0]
 	}
 	return recs, nil
