@@ -357,11 +357,11 @@ func Continue(pos changefeed.Position, b Batch) ([]changefeed.Txn, error) {
 	return nil, fmt.Errorf("%w: no transaction of the message (%v..%v) ends at %v", ErrGap, b.Prev, b.End(), pos)
 }
 
-// Heartbeat is the feeder's signal to instances, written every
-// FeederConfig.HeartbeatInterval and after every batch: the lease term it
+// beatValue is the feeder's signal to instances, written every
+// FeederConfig.HeartbeatInterval and with every batch: the lease term it
 // publishes under and the database's newest position it knows of. Beat
 // grows with every write, so a heartbeat that stops changing is stale.
-type Heartbeat struct {
+type beatValue struct {
 	Term uint64
 	Head changefeed.Position
 	Beat uint64
@@ -369,7 +369,7 @@ type Heartbeat struct {
 
 // appendHeartbeat encodes h: version | flags | term u64 | head u64 |
 // beat u64 | [MAC] | CRC, all little-endian.
-func appendHeartbeat(dst []byte, h Heartbeat, key []byte) []byte {
+func appendHeartbeat(dst []byte, h beatValue, key []byte) []byte {
 	start := len(dst)
 	dst = header(dst, key)
 	dst = binary.LittleEndian.AppendUint64(dst, h.Term)
@@ -378,15 +378,15 @@ func appendHeartbeat(dst []byte, h Heartbeat, key []byte) []byte {
 	return seal(dst, start, domainHead, key)
 }
 
-func decodeHeartbeat(p []byte, key []byte) (Heartbeat, error) {
+func decodeHeartbeat(p []byte, key []byte) (beatValue, error) {
 	body, err := open(p, domainHead, key)
 	if err != nil {
-		return Heartbeat{}, err
+		return beatValue{}, err
 	}
 	if len(body) != 2+24 {
-		return Heartbeat{}, fmt.Errorf("%w: heartbeat of %d bytes", ErrCorrupt, len(body))
+		return beatValue{}, fmt.Errorf("%w: heartbeat of %d bytes", ErrCorrupt, len(body))
 	}
-	return Heartbeat{
+	return beatValue{
 		Term: binary.LittleEndian.Uint64(body[2:]),
 		Head: changefeed.Position(binary.LittleEndian.Uint64(body[10:])),
 		Beat: binary.LittleEndian.Uint64(body[18:]),

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
@@ -33,7 +34,7 @@ type FeederConfig struct {
 	// the start time.
 	ID string
 	// HeartbeatInterval is how often the lease holder writes the database's
-	// newest position to the heartbeat (it also writes it after every
+	// newest position to the heartbeat (it also writes it with every
 	// batch). Default: 1 s.
 	HeartbeatInterval time.Duration
 	// MaxBatch bounds the transactions per message. Default: 256.
@@ -156,7 +157,7 @@ func (f *Feeder) acquire(ctx context.Context, lease Lease) (uint64, error) {
 		if !errors.Is(err, ErrHeld) {
 			f.b.Logger.Warn("bloomgate: feeder lease", "set", f.b.Name, "err", err)
 		}
-		if !sleep(ctx, every) {
+		if backoff.Sleep(ctx, every) != nil {
 			return 0, ctx.Err()
 		}
 	}
@@ -269,7 +270,7 @@ func (p *publisher) heartbeat(ctx context.Context) {
 		head := max(p.dbHead, p.published)
 		p.mu.Unlock()
 		beat = max(beat+1, uint64(time.Now().UnixNano()))
-		buf = appendHeartbeat(buf[:0], Heartbeat{Term: p.term, Head: head, Beat: beat}, p.f.b.Key)
+		buf = appendHeartbeat(buf[:0], beatValue{Term: p.term, Head: head, Beat: beat}, p.f.b.Key)
 		if err := p.f.b.Store.Put(ctx, keyHead, buf); err != nil && ctx.Err() == nil {
 			p.f.b.Logger.Warn("bloomgate: feeder heartbeat", "set", p.f.b.Name, "err", err)
 		}
@@ -527,7 +528,7 @@ func (p *publisher) publishLoop(ctx context.Context, q <-chan changefeed.Txn, pr
 // attempts until ctx is done. Fenced while the lease is still ours, the
 // entry after ours is someone else's: a new history (errHeal).
 func (p *publisher) append(ctx context.Context, after Cursor, data []byte, end changefeed.Position) (Cursor, error) {
-	backoff := 50 * time.Millisecond
+	bo := backoff.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for {
 		actx, cancel := context.WithTimeout(ctx, p.f.cfg.PublishTimeout)
 		cur, err := p.f.b.Log.Append(actx, after, data)
@@ -549,9 +550,8 @@ func (p *publisher) append(ctx context.Context, after Cursor, data []byte, end c
 			return "", ctx.Err()
 		}
 		p.f.b.Logger.Warn("bloomgate: feeder append failed, retrying", "set", p.f.b.Name, "end", end, "err", err)
-		if !sleep(ctx, backoff) {
+		if bo.Wait(ctx) != nil {
 			return "", ctx.Err()
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
@@ -89,7 +90,7 @@ type Instance struct {
 
 	mu        sync.Mutex
 	marks     map[changefeed.Position]start // snapshot and batch ends
-	hb        Heartbeat
+	hb        beatValue
 	hbChanged time.Time               // when hb.Beat last changed
 	skipLocal bool                    // the local snapshot led to a gap
 	gen       uint64                  // the generation of the filter loaded
@@ -270,20 +271,20 @@ func (in *Instance) vouch(ctx context.Context, b Batch, cur Cursor) error {
 			return fmt.Errorf("%w: entry %s (term %d, end %v) is beyond the feeder's heartbeat (term %d, database head %v)",
 				ErrGap, cur, b.Term, b.End(), h.Term, h.Head)
 		}
-		sleep(ctx, wait)
+		backoff.Sleep(ctx, wait)
 		wait = min(2*wait, 5*time.Millisecond)
 	}
 }
 
 // heartbeat reads the feeder's heartbeat and remembers it.
-func (in *Instance) heartbeat(ctx context.Context) (Heartbeat, error) {
+func (in *Instance) heartbeat(ctx context.Context) (beatValue, error) {
 	v, _, err := in.b.Store.Get(ctx, keyHead)
 	if err != nil {
-		return Heartbeat{}, fmt.Errorf("fanout: heartbeat: %w", err)
+		return beatValue{}, fmt.Errorf("fanout: heartbeat: %w", err)
 	}
 	h, err := decodeHeartbeat(v, in.b.Key)
 	if err != nil {
-		return Heartbeat{}, fmt.Errorf("fanout: heartbeat: %w", err)
+		return beatValue{}, fmt.Errorf("fanout: heartbeat: %w", err)
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()

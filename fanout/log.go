@@ -141,18 +141,6 @@ func (b *Backend) check(lease bool) error {
 	return nil
 }
 
-// sleep waits d or until ctx is done (false).
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // ValidSet reports whether s can name a set in every adapter's keys and
 // subjects: 1 to 64 of A-Z a-z 0-9 _ -.
 func ValidSet(s string) bool {

@@ -45,6 +45,7 @@ import (
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
@@ -357,7 +358,7 @@ func (l *jsLog) Read(ctx context.Context, after fanout.Cursor, fn func(fanout.En
 		return err
 	}
 	next := seq + 1
-	backoff := 50 * time.Millisecond
+	bo := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for {
 		err := l.readFrom(ctx, &next, fn)
 		if ctx.Err() != nil {
@@ -368,10 +369,9 @@ func (l *jsLog) Read(ctx context.Context, after fanout.Cursor, fn func(fanout.En
 			return err
 		}
 		l.cfg.Logger.Warn("bloomgate: jetstream consumer failed, recreating", "set", l.cfg.Set, "seq", next, "err", err)
-		if !sleepCtx(ctx, backoff) {
+		if bo.Wait(ctx) != nil {
 			return ctx.Err()
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 
@@ -380,17 +380,6 @@ type consumerError struct{ err error }
 
 func (e *consumerError) Error() string { return e.err.Error() }
 func (e *consumerError) Unwrap() error { return e.err }
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
 
 // readFrom runs one ephemeral consumer (R1, in memory, no acks) from
 // *next. The consumer's idle heartbeats reveal a consumer lost with its

@@ -54,6 +54,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
@@ -282,7 +283,7 @@ func (l *rLog) Read(ctx context.Context, after fanout.Cursor, fn func(fanout.Ent
 	if last == "" {
 		last = "0-0"
 	}
-	backoff := 50 * time.Millisecond
+	bo := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for {
 		res, err := l.cfg.Client.XRead(ctx, &redis.XReadArgs{Streams: []string{l.log, last}, Count: 512, Block: time.Second}).Result()
 		if errors.Is(err, redis.Nil) {
@@ -296,17 +297,12 @@ func (l *rLog) Read(ctx context.Context, after fanout.Cursor, fn func(fanout.Ent
 				return ctx.Err()
 			}
 			l.cfg.Logger.Warn("bloomgate: redis stream read failed, retrying", "set", l.cfg.Set, "err", err)
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if bo.Wait(ctx) != nil {
 				return ctx.Err()
-			case <-t.C:
 			}
-			backoff = min(2*backoff, 2*time.Second)
 			continue
 		}
-		backoff = 50 * time.Millisecond
+		bo.Reset()
 		for _, st := range res {
 			for _, m := range st.Messages {
 				d, _ := m.Values["d"].(string)

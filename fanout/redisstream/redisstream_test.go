@@ -10,6 +10,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,12 +33,18 @@ const (
 // (testsvc.Redis) and deletes its keys afterwards.
 func openSet(t *testing.T) (*redisstream.Set, *redis.Client, string) {
 	t.Helper()
+	return openSetKey(t, nil)
+}
+
+// openSetKey is openSet with Config.Key.
+func openSetKey(t *testing.T, key []byte) (*redisstream.Set, *redis.Client, string) {
+	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: testsvc.Redis(t)})
 	t.Cleanup(func() { c.Close() })
 	var b [4]byte
 	crand.Read(b[:])
 	name := "t" + hex.EncodeToString(b[:])
-	set, err := redisstream.Open(context.Background(), redisstream.Config{Client: c, Set: name, LeaseTTL: time.Second})
+	set, err := redisstream.Open(context.Background(), redisstream.Config{Client: c, Set: name, LeaseTTL: time.Second, Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,5 +421,64 @@ func TestRedisInstancesFollowRebuilds(t *testing.T) {
 	}
 	if fn > 0 {
 		t.Fatalf("%d false negatives", fn)
+	}
+}
+
+// TestRedisKeyRefusesForgeries: with Config.Key, a well-formed continuation
+// that is unsigned, or signed with another key, is never applied: the key
+// it inserts is absent on every instance, and the set serves new rows again.
+func TestRedisKeyRefusesForgeries(t *testing.T) {
+	testsvc.Short(t, "multi-second scenario")
+	key := []byte("a shared key of 32 bytes, really")
+	for _, forgeKey := range [][]byte{nil, []byte("some other key of 32 bytes......")} {
+		t.Run(fmt.Sprintf("signed=%v", forgeKey != nil), func(t *testing.T) {
+			set, c, name := openSetKey(t, key)
+			pg := fanouttest.NewPG(t, 1000)
+			runFeeder(t, set, pg, "A")
+			g1, _ := instance(t, set, pg)
+			g2, _ := instance(t, set, pg)
+			// Watch, all along, for an instance that answers with the forgery.
+			var applied atomic.Int64
+			wctx, stopWatch := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				for wctx.Err() == nil {
+					for _, g := range []*bloomgate.Gate{g1, g2} {
+						if g.Ready() && g.MayContain([]byte("forged@x")) {
+							applied.Add(1)
+						}
+					}
+					time.Sleep(time.Millisecond)
+				}
+			})
+			defer func() {
+				stopWatch()
+				wg.Wait()
+				if n := applied.Load(); n > 0 {
+					t.Errorf("a ready instance answered \"maybe\" for the forged key %d times: the forgery was applied", n)
+				}
+			}()
+			fanouttest.Hostile(t, pg, testMaxLag, []*bloomgate.Gate{g1, g2}, func() {
+				msgs, err := c.XRevRangeN(context.Background(), "bg:{"+name+"}:log", "+", "-", 1).Result()
+				if err != nil || len(msgs) == 0 {
+					t.Fatalf("last entry: %v", err)
+				}
+				d, _ := msgs[0].Values["d"].(string)
+				b, err := fanout.DecodeBatch([]byte(d), key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, _ := fanout.AppendBatch(nil, fanout.Batch{Term: b.Term, Prev: b.End(), Txns: []changefeed.Txn{{Commit: b.End() + 1, End: b.End() + 2,
+					Changes: []changefeed.Change{{Kind: changefeed.Insert, Key: []byte("forged@x")}}}}}, forgeKey)
+				if err := c.XAdd(context.Background(), &redis.XAddArgs{Stream: "bg:{" + name + "}:log", Values: []any{"d", p}}).Err(); err != nil {
+					t.Fatal(err)
+				}
+			})
+			for i, g := range []*bloomgate.Gate{g1, g2} {
+				if g.Ready() && g.MayContain([]byte("forged@x")) {
+					t.Errorf("instance %d applied the forged insert", i)
+				}
+			}
+		})
 	}
 }
