@@ -23,19 +23,14 @@ import (
 )
 
 var (
-	// ErrRebuild is wrapped by every error that means the consumer's position
-	// can no longer be continued from: it must Bootstrap again (ErrSlotLost,
-	// ErrStalePosition).
-	// It is changefeed.ErrRebuild, so consumers need not import this package.
-	ErrRebuild = changefeed.ErrRebuild
 	// ErrSlotLost: the replication slot is missing or was invalidated
 	// (pg_replication_slots.wal_status = 'lost', e.g. past
 	// max_slot_wal_keep_size). The changes it held are gone.
-	ErrSlotLost = fmt.Errorf("%w: replication slot lost", ErrRebuild)
+	ErrSlotLost = fmt.Errorf("%w: replication slot lost", changefeed.ErrRebuild)
 	// ErrStalePosition: the slot has already confirmed a position beyond
 	// the one the consumer wants to resume from. PostgreSQL would silently
 	// skip the changes in between, so the consumer's state is unusable.
-	ErrStalePosition = fmt.Errorf("%w: position older than the slot's confirmed_flush_lsn", ErrRebuild)
+	ErrStalePosition = fmt.Errorf("%w: position older than the slot's confirmed_flush_lsn", changefeed.ErrRebuild)
 	// ErrNotDelivered: Confirm was given a position the running Stream has
 	// not delivered.
 	ErrNotDelivered = errors.New("postgres: position not delivered yet")
@@ -81,7 +76,7 @@ type FeedConfig struct {
 	Logger *slog.Logger
 }
 
-func parseLSN(s string) (Position, error) {
+func parseLSN(s string) (changefeed.Position, error) {
 	p, err := changefeed.ParsePosition(s)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: %w", err)
@@ -147,7 +142,12 @@ func (c FeedConfig) withDefaults() (FeedConfig, error) {
 }
 
 // Feed follows one table's key column through logical replication
-// (pgoutput, protocol 1, whole committed transactions only).
+// (pgoutput, protocol 1, whole committed transactions only), in package
+// changefeed's terms: a Txn's Commit is the transaction's CommitLSN, its End
+// the TransactionEndLSN, which Confirm acknowledges; a Change's Key is the
+// column's text form, the same bytes Bootstrap and Source.Scan deliver.
+// Under the default replica identity every UPDATE reports an UnknownDelete,
+// even one that did not touch the key: the feed cannot tell.
 //
 // The life of a consumer:
 //
@@ -161,11 +161,11 @@ func (c FeedConfig) withDefaults() (FeedConfig, error) {
 //     with End <= durablePosition are not delivered again; those after it
 //     are, including ones a previous run delivered but whose position was
 //     never made durable — they come back with the same End and Changes.
-//  4. Errors matching ErrRebuild mean: go back to 1.
+//  4. Errors matching changefeed.ErrRebuild mean: go back to 1.
 //
 // Rebuild is designed to run while Stream continues; Stream itself runs once
 // at a time per Feed (ErrStreaming), and a slot admits one reader across
-// processes. Confirm, Health, SlotStatus and RetainedWAL are safe for
+// processes. Confirm, Health and SlotStatus are safe for
 // concurrent use with everything.
 type Feed struct {
 	cfg   FeedConfig
@@ -177,15 +177,15 @@ type Feed struct {
 	streaming atomic.Bool
 	closed    atomic.Bool
 
-	mu         sync.Mutex // guards the fields below
-	delivered  Position   // End of the last Txn handed to apply
-	acked      Position   // highest position confirmed by the consumer
+	mu         sync.Mutex          // guards the fields below
+	delivered  changefeed.Position // End of the last Txn handed to apply
+	acked      changefeed.Position // highest position confirmed by the consumer
 	wake       context.CancelFunc
 	connected  bool
 	started    time.Time
-	target     Position  // the server's WAL end when this connection started
-	caughtUp   time.Time // per connection
-	lastCaught time.Time // per Stream, for Lag
+	target     changefeed.Position // the server's WAL end when this connection started
+	caughtUp   time.Time           // per connection
+	lastCaught time.Time           // per Stream, for Lag
 	lastErr    error
 	reconnect  int64
 }
@@ -257,8 +257,8 @@ type SlotStatus struct {
 	Active bool // a walsender is streaming from it
 	// WALStatus: reserved, extended, unreserved or lost.
 	WALStatus      string
-	ConfirmedFlush Position // confirmed_flush_lsn
-	RestartLSN     Position // 0 once the slot is lost
+	ConfirmedFlush changefeed.Position // confirmed_flush_lsn
+	RestartLSN     changefeed.Position // 0 once the slot is lost
 	// RetainedBytes is the WAL the slot holds back: pg_current_wal_lsn()
 	// minus restart_lsn (0 when lost). Export it as a gauge; a slot nobody
 	// reads grows it without bound unless max_slot_wal_keep_size is set.
@@ -296,7 +296,7 @@ func (f *Feed) SlotStatus(ctx context.Context) (SlotStatus, error) {
 	}
 	for _, p := range []struct {
 		s   *string
-		dst *Position
+		dst *changefeed.Position
 	}{{confirmed, &s.ConfirmedFlush}, {rlsn, &s.RestartLSN}} {
 		if p.s != nil {
 			if *p.dst, err = parseLSN(*p.s); err != nil {
@@ -312,13 +312,6 @@ func (f *Feed) SlotStatus(ctx context.Context) (SlotStatus, error) {
 		s.SafeWALSize = *safeSz
 	}
 	return s, nil
-}
-
-// RetainedWAL returns the bytes of WAL the slot holds back
-// (SlotStatus.RetainedBytes), 0 when there is no slot.
-func (f *Feed) RetainedWAL(ctx context.Context) (int64, error) {
-	s, err := f.SlotStatus(ctx)
-	return s.RetainedBytes, err
 }
 
 // DropSlot drops the permanent slot if it exists, releasing the WAL it
@@ -362,7 +355,7 @@ func (f *Feed) checkPublication(ctx context.Context) error {
 // server to finish. It returns ErrNoPublication when the publication is
 // missing or does not cover the table. On error the new slot is dropped
 // again. Bootstrap resets the positions Confirm has recorded.
-func (f *Feed) Bootstrap(ctx context.Context, fn func(key []byte) error) (Position, error) {
+func (f *Feed) Bootstrap(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error) {
 	if err := f.checkPublication(ctx); err != nil {
 		return 0, err
 	}
@@ -433,7 +426,7 @@ func (f *Feed) copyKeys(ctx context.Context, pc *pgconn.PgConn, fn func([]byte) 
 // consumer applies to the new generation every Txn with Commit >= P.
 // Transactions Stream delivered before Rebuild was called all have
 // Commit < P, so buffering those delivered from the call on is enough.
-func (f *Feed) Rebuild(ctx context.Context, fn func(key []byte) error) (Position, error) {
+func (f *Feed) Rebuild(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error) {
 	conn, err := f.connectRepl(ctx)
 	if err != nil {
 		return 0, err
@@ -477,7 +470,7 @@ func (f *Feed) Rebuild(ctx context.Context, fn func(key []byte) error) (Position
 // Never confirm a position whose state a restarting consumer could not
 // restore: the server never goes back, so the changes in between would be
 // lost (the next Stream reports ErrStalePosition rather than skip them).
-func (f *Feed) Confirm(ctx context.Context, p Position) error {
+func (f *Feed) Confirm(ctx context.Context, p changefeed.Position) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -497,10 +490,10 @@ func (f *Feed) Confirm(ctx context.Context, p Position) error {
 
 // Health is the feed's state, for the consumer's fail-open decision.
 type Health struct {
-	Streaming bool     // Stream is running
-	Connected bool     // and holds an accepted replication connection
-	Delivered Position // End of the last Txn handed to apply, else the start position
-	Confirmed Position // highest Confirm
+	Streaming bool                // Stream is running
+	Connected bool                // and holds an accepted replication connection
+	Delivered changefeed.Position // End of the last Txn handed to apply, else the start position
+	Confirmed changefeed.Position // highest Confirm
 	// CaughtUp is the local time at which a server keepalive last arrived
 	// between transactions, reporting a position at or beyond the end of
 	// WAL when the current replication connection started: everything
@@ -525,14 +518,10 @@ type Health struct {
 	Err error
 }
 
-// Fresh reports whether the feed is streaming and caught up within MaxLag:
-// !Health().Degraded.
-func (f *Feed) Fresh() bool { return !f.Health().Degraded }
-
 // Head returns the server's current WAL write position: every transaction
 // committed now ends at or before it, so a consumer whose stream has passed
 // it has seen them all (bloomgate.Gate.Follow uses it to decide readiness).
-func (f *Feed) Head(ctx context.Context) (Position, error) {
+func (f *Feed) Head(ctx context.Context) (changefeed.Position, error) {
 	var lsn string
 	if err := f.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
 		return 0, fmt.Errorf("postgres: current WAL position: %w", err)
@@ -575,15 +564,15 @@ func (f *Feed) Health() Health {
 // and resumes after the last delivered transaction, so within one Stream no
 // transaction is delivered twice or skipped; Health reports the outage.
 // Stream returns when ctx is done (ctx's error), when apply fails (its
-// error, wrapped), on an ErrRebuild condition, on ErrProtocol or
+// error, wrapped), on a changefeed.ErrRebuild condition, on ErrProtocol or
 // ErrKeyColumn, or when the server refuses the role, publication or table.
 //
 // Alongside transactions Stream delivers progress markers (Txns without
 // Changes, see Txn) so that a consumer of a quiet table can confirm a
 // position and let the server recycle WAL.
-func (f *Feed) Stream(ctx context.Context, from Position, apply func(Txn) error) error {
+func (f *Feed) Stream(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error {
 	if from == 0 {
-		return errors.New("postgres: Stream needs a position (from Bootstrap, Rebuild or a delivered Txn)")
+		return errors.New("postgres: Stream needs a position (from Bootstrap, Rebuild or a delivered Txn.End)")
 	}
 	if !f.streaming.CompareAndSwap(false, true) {
 		return ErrStreaming
@@ -637,7 +626,7 @@ func (e errApply) Unwrap() error { return e.err }
 // fatal says whether Stream must give up rather than reconnect.
 func fatal(err error) bool {
 	var ea errApply
-	if errors.As(err, &ea) || errors.Is(err, ErrRebuild) || errors.Is(err, ErrProtocol) ||
+	if errors.As(err, &ea) || errors.Is(err, changefeed.ErrRebuild) || errors.Is(err, ErrProtocol) ||
 		errors.Is(err, ErrKeyColumn) || errors.Is(err, ErrClosed) || errors.Is(err, ErrNoPublication) {
 		return true
 	}
@@ -653,7 +642,7 @@ func fatal(err error) bool {
 
 // streamOnce runs one replication connection. connected reports whether
 // START_REPLICATION was accepted.
-func (f *Feed) streamOnce(ctx context.Context, apply func(Txn) error) (connected bool, err error) {
+func (f *Feed) streamOnce(ctx context.Context, apply func(changefeed.Txn) error) (connected bool, err error) {
 	st, err := f.SlotStatus(ctx)
 	if err != nil {
 		return false, err
@@ -717,8 +706,8 @@ type session struct {
 	f       *Feed
 	conn    *pgconn.PgConn
 	dec     *decoder
-	apply   func(Txn) error
-	sentAck Position
+	apply   func(changefeed.Txn) error
+	sentAck changefeed.Position
 }
 
 func (s *session) run(ctx context.Context) error {
@@ -810,14 +799,14 @@ func (s *session) keepalive(k pglogrepl.PrimaryKeepaliveMessage) error {
 		// Between transactions: everything the server decoded before
 		// ServerWALEnd has been delivered.
 		f.mu.Lock()
-		if Position(k.ServerWALEnd) >= f.target {
+		if changefeed.Position(k.ServerWALEnd) >= f.target {
 			f.caughtUp = time.Now()
 			f.lastCaught = f.caughtUp
 		}
 		delivered := f.delivered
 		f.mu.Unlock()
-		if p := Position(k.ServerWALEnd); p > delivered {
-			if err := s.deliver(Txn{Commit: p, End: p}); err != nil {
+		if p := changefeed.Position(k.ServerWALEnd); p > delivered {
+			if err := s.deliver(changefeed.Txn{Commit: p, End: p}); err != nil {
 				return err
 			}
 		}
@@ -829,7 +818,7 @@ func (s *session) keepalive(k pglogrepl.PrimaryKeepaliveMessage) error {
 }
 
 // deliver hands t to apply unless its position was already delivered.
-func (s *session) deliver(t Txn) error {
+func (s *session) deliver(t changefeed.Txn) error {
 	f := s.f
 	f.mu.Lock()
 	dup := t.End <= f.delivered
