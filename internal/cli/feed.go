@@ -80,7 +80,7 @@ func runFeedSetup(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return exitUsage
 	}
 	defer f.Close()
-	plan, err := f.Setup(ctx, *role)
+	plan, err := f.Setup(ctx, postgres.SetupOptions{Role: *role})
 	if err != nil {
 		fmt.Fprintf(stderr, "bloomgate feed setup: %v\n", err)
 		return exitError

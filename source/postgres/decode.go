@@ -19,8 +19,9 @@ var ErrProtocol = errors.New("postgres: unexpected logical replication message")
 
 // ErrKeyColumn reports that the table's relation, as the server describes it
 // in the stream, has no column with the configured key name (it was dropped
-// or renamed). The consumer must rebuild once the configuration is fixed.
-var ErrKeyColumn = errors.New("postgres: key column missing from the replicated table")
+// or renamed). The consumer must rebuild once the configuration is fixed. It
+// wraps changefeed.ErrSetup.
+var ErrKeyColumn = fmt.Errorf("%w: key column missing from the replicated table", changefeed.ErrSetup)
 
 // relation is what the decoder knows about one relation of the stream.
 type relation struct {

@@ -559,7 +559,7 @@ func TestFeedSlotLost(t *testing.T) {
 	if err := f.Stream(ctx, p, c.apply); !errors.Is(err, postgres.ErrSlotLost) {
 		t.Fatalf("Stream on a missing slot: %v, want ErrSlotLost", err)
 	}
-	if h := f.Health(); !h.Degraded || h.Streaming {
+	if h := f.Health(); h.Streaming || h.Connected {
 		t.Fatalf("health after the stream ended: %+v", h)
 	}
 }
@@ -691,13 +691,13 @@ func TestFeedRebuildWhileStreaming(t *testing.T) {
 }
 
 // TestFeedSlotStatusAndHealth: the slot holds WAL until confirmed; Health
-// leaves Degraded once the stream has caught up.
+// reports CaughtUp once the stream has caught up.
 func TestFeedSlotStatusAndHealth(t *testing.T) {
 	fx := newFeedFixture(t, "")
 	ctx := context.Background()
 	f := fx.feed(t)
-	if h := f.Health(); !h.Degraded {
-		t.Fatalf("not streaming yet, want degraded: %+v", h)
+	if h := f.Health(); h.Streaming || !h.CaughtUp.IsZero() {
+		t.Fatalf("not streaming yet, want not streaming and never caught up: %+v", h)
 	}
 	if err := f.Stream(ctx, 1, nil); !errors.Is(err, postgres.ErrSlotLost) {
 		t.Fatalf("Stream before Bootstrap: %v, want ErrSlotLost", err)

@@ -6,12 +6,14 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/bloomgate/bloomgate/changefeed"
 )
 
 // ErrWALLevel reports a server whose wal_level is not logical: no
 // replication slot can decode changes until it is set and the server
-// restarted.
-var ErrWALLevel = errors.New("postgres: wal_level is not logical")
+// restarted. It wraps changefeed.ErrSetup.
+var ErrWALLevel = fmt.Errorf("%w: wal_level is not logical", changefeed.ErrSetup)
 
 // SetupPlan is what a DBA runs so that a Feed can work: see Feed.Setup.
 type SetupPlan struct {
@@ -39,10 +41,16 @@ func (p SetupPlan) CheckWALLevel() error {
 		"on a managed service set its logical-replication parameter and reboot", ErrWALLevel, p.WALLevel)
 }
 
+// SetupOptions are the operator's choices for Setup.
+type SetupOptions struct {
+	// Role is the role the feed connects as; "" leaves roles out.
+	Role string
+}
+
 // Setup inspects the server and returns the statements that make the
-// feed's publication and role right, with advice. role is the role the feed
-// connects as; "" leaves roles out. Setup changes nothing.
-func (f *Feed) Setup(ctx context.Context, role string) (SetupPlan, error) {
+// feed's publication and role right, with advice. Setup changes nothing.
+func (f *Feed) Setup(ctx context.Context, opts SetupOptions) (SetupPlan, error) {
+	role := opts.Role
 	var p SetupPlan
 	var version int
 	var keepSize string
@@ -50,27 +58,23 @@ func (f *Feed) Setup(ctx context.Context, role string) (SetupPlan, error) {
 		Scan(&p.WALLevel, &version, &keepSize); err != nil {
 		return p, fmt.Errorf("postgres: setup: %w", err)
 	}
-	var schema, relName string
-	var ident string
-	if err := f.pool.QueryRow(ctx, `SELECT n.nspname, c.relname, c.relreplident::text
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`, f.table).
-		Scan(&schema, &relName, &ident); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return p, fmt.Errorf("postgres: setup: table %s not found", f.cfg.Table)
-		}
-		return p, fmt.Errorf("postgres: setup: %w", err)
+	r, err := f.resolve(ctx)
+	if err != nil {
+		return p, err
 	}
-	table := pgx.Identifier{schema, relName}.Sanitize()
-	pub := pgx.Identifier{f.cfg.Publication}.Sanitize()
-	if err := f.planPublication(ctx, &p, version, table, pub); err != nil {
+	var ident string
+	if err := f.queryRow(ctx, "setup: replica identity", "SELECT relreplident::text FROM pg_class WHERE oid = $1", []any{r.oid}, &ident); err != nil {
+		return p, err
+	}
+	if err := f.planPublication(ctx, &p, version, r); err != nil {
 		return p, err
 	}
 	if role != "" {
-		if err := f.planRole(ctx, &p, role, schema, table); err != nil {
+		if err := f.planRole(ctx, &p, role, r); err != nil {
 			return p, err
 		}
 	}
-	if err := f.planIdentity(ctx, &p, ident, table); err != nil {
+	if err := f.planIdentity(ctx, &p, ident, r); err != nil {
 		return p, err
 	}
 	if keepSize == "-1" {
@@ -80,29 +84,28 @@ func (f *Feed) Setup(ctx context.Context, role string) (SetupPlan, error) {
 	return p, nil
 }
 
-func (f *Feed) planPublication(ctx context.Context, p *SetupPlan, version int, table, pub string) error {
+func (f *Feed) planPublication(ctx context.Context, p *SetupPlan, version int, r *resolved) error {
+	table, pub := r.table, pgx.Identifier{r.pub}.Sanitize()
 	var exists bool
-	if err := f.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", f.cfg.Publication).Scan(&exists); err != nil {
-		return fmt.Errorf("postgres: setup: %w", err)
+	if err := f.queryRow(ctx, "setup: publication", "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", []any{r.pub}, &exists); err != nil {
+		return err
 	}
 	if !exists {
 		p.Statements = append(p.Statements, "CREATE PUBLICATION "+pub+" FOR TABLE "+table)
 		return nil
 	}
 	q := `SELECT count(*), bool_or(false) FROM pg_publication_tables
-		WHERE pubname = $1 AND format('%I.%I', schemaname, tablename)::regclass = to_regclass($2)`
+		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`
+	args := []any{r.pub, r.schema, r.name}
 	if version >= 150000 {
-		q = `SELECT count(*), coalesce(bool_or(rowfilter IS NOT NULL OR NOT ($3 = ANY(attnames))), false) FROM pg_publication_tables
-		WHERE pubname = $1 AND format('%I.%I', schemaname, tablename)::regclass = to_regclass($2)`
-	}
-	args := []any{f.cfg.Publication, f.table}
-	if version >= 150000 {
+		q = `SELECT count(*), coalesce(bool_or(rowfilter IS NOT NULL OR NOT ($4 = ANY(attnames))), false) FROM pg_publication_tables
+		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`
 		args = append(args, f.cfg.Column)
 	}
 	var n int
 	var filtered bool
-	if err := f.pool.QueryRow(ctx, q, args...).Scan(&n, &filtered); err != nil {
-		return fmt.Errorf("postgres: setup: %w", err)
+	if err := f.queryRow(ctx, "setup: publication tables", q, args, &n, &filtered); err != nil {
+		return err
 	}
 	switch {
 	case n == 0:
@@ -116,12 +119,13 @@ func (f *Feed) planPublication(ctx context.Context, p *SetupPlan, version int, t
 	return nil
 }
 
-func (f *Feed) planRole(ctx context.Context, p *SetupPlan, role, schema, table string) error {
+func (f *Feed) planRole(ctx context.Context, p *SetupPlan, role string, rt *resolved) error {
 	r := pgx.Identifier{role}.Sanitize()
+	schema, table := rt.schema, rt.table
 	var exists, repl bool
-	err := f.pool.QueryRow(ctx, "SELECT true, rolreplication OR rolsuper FROM pg_roles WHERE rolname = $1", role).Scan(&exists, &repl)
+	err := f.queryRow(ctx, "setup: role", "SELECT true, rolreplication OR rolsuper FROM pg_roles WHERE rolname = $1", []any{role}, &exists, &repl)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("postgres: setup: %w", err)
+		return err
 	}
 	switch {
 	case !exists:
@@ -138,7 +142,8 @@ func (f *Feed) planRole(ctx context.Context, p *SetupPlan, role, schema, table s
 
 // planIdentity explains what deletes and key updates will look like, and
 // how to make them exact.
-func (f *Feed) planIdentity(ctx context.Context, p *SetupPlan, ident, table string) error {
+func (f *Feed) planIdentity(ctx context.Context, p *SetupPlan, ident string, r *resolved) error {
+	table := r.table
 	var covered, notNull bool
 	var index *string
 	err := f.pool.QueryRow(ctx, `SELECT
@@ -149,7 +154,7 @@ func (f *Feed) planIdentity(ctx context.Context, p *SetupPlan, ident, table stri
 			WHERE i.indrelid = c.oid AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
 			AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum AND i.indimmediate ORDER BY 1 LIMIT 1)
 		FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped
-		WHERE c.oid = to_regclass($1)`, f.table, f.cfg.Column).Scan(&covered, &notNull, &index)
+		WHERE c.oid = $1`, r.oid, f.cfg.Column).Scan(&covered, &notNull, &index)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("postgres: setup: column %q not in %s", f.cfg.Column, f.cfg.Table)
 	}
