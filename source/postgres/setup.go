@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -22,9 +23,12 @@ type SetupPlan struct {
 	// a parameter such as rds.logical_replication or
 	// cloudsql.logical_decoding, and a reboot).
 	WALLevel string
-	// Statements create or fix the publication (one table, no row filter,
-	// no column list) and the role (LOGIN REPLICATION, SELECT on the table).
-	// Run them as a superuser or the table's owner; they change no data.
+	// Statements set the replica identity the operator chose
+	// (SetupOptions.Identity), create or fix the publication (one table, no
+	// row filter, no column list) and the role (LOGIN REPLICATION, USAGE on
+	// the schema, SELECT on the table). Run them as a superuser or the
+	// table's owner; they change no data, and never what the application
+	// may do.
 	Statements []string
 	// Notes are advice not run by ApplySetup: replica identity (what deletes
 	// need) and max_slot_wal_keep_size (what bounds a forgotten slot).
@@ -41,10 +45,68 @@ func (p SetupPlan) CheckWALLevel() error {
 		"on a managed service set its logical-replication parameter and reboot", ErrWALLevel, p.WALLevel)
 }
 
+// ErrReplicaIdentity reports a table without a replica identity PostgreSQL
+// can use (no primary key, or REPLICA IDENTITY NOTHING) while the
+// publication would publish its updates and deletes: PostgreSQL would then
+// refuse the application's UPDATE and DELETE. Setup returns it, explaining
+// the choices, unless SetupOptions.Identity picks one. It wraps
+// changefeed.ErrSetup.
+var ErrReplicaIdentity = fmt.Errorf("%w: the table has no usable replica identity", changefeed.ErrSetup)
+
+// Identity is the operator's choice for a table's replica identity.
+type Identity int
+
+const (
+	// IdentityUnchanged leaves the replica identity as it is. Setup refuses
+	// (ErrReplicaIdentity) when it cannot carry updates and deletes.
+	IdentityUnchanged Identity = iota
+	// IdentityFull sets REPLICA IDENTITY FULL: every UPDATE and DELETE logs
+	// the whole old row (more WAL), and the feed sees every old key.
+	IdentityFull
+	// IdentityIndex sets REPLICA IDENTITY USING INDEX SetupOptions.Index:
+	// a unique, non-partial index without expressions on NOT NULL columns.
+	// The feed sees old keys only when the index covers the key column.
+	IdentityIndex
+	// IdentityInsertsOnly publishes only inserts and truncates, which need
+	// no replica identity. Deletes are never seen (each costs a false
+	// positive until the next rebuild: set Config.RebuildInterval), and
+	// neither are updates: choose it only for a table whose key column is
+	// never updated, or an updated key is missed until the next rebuild.
+	IdentityInsertsOnly
+)
+
+func (i Identity) String() string {
+	switch i {
+	case IdentityUnchanged:
+		return "unchanged"
+	case IdentityFull:
+		return "full"
+	case IdentityIndex:
+		return "index"
+	case IdentityInsertsOnly:
+		return "inserts"
+	}
+	return fmt.Sprintf("Identity(%d)", int(i))
+}
+
 // SetupOptions are the operator's choices for Setup.
 type SetupOptions struct {
 	// Role is the role the feed connects as; "" leaves roles out.
 	Role string
+	// Identity is what Setup does about the table's replica identity.
+	// Default: IdentityUnchanged.
+	Identity Identity
+	// Index names the index for IdentityIndex. Default: the key column's
+	// own unique index if it qualifies, else the first that does.
+	Index string
+}
+
+// tableIdentity is what the server says about a table's replica identity.
+type tableIdentity struct {
+	ident      string   // pg_class.relreplident: d, n, f, i
+	usable     bool     // UPDATE and DELETE work under a publication of them
+	candidates []string // indexes that can be the identity, the key column's own first
+	insertOnly bool     // the publication exists and publishes neither updates nor deletes
 }
 
 // Setup inspects the server and returns the statements that make the
@@ -62,11 +124,16 @@ func (f *Feed) Setup(ctx context.Context, opts SetupOptions) (SetupPlan, error) 
 	if err != nil {
 		return p, err
 	}
-	var ident string
-	if err := f.queryRow(ctx, "setup: replica identity", "SELECT relreplident::text FROM pg_class WHERE oid = $1", []any{r.oid}, &ident); err != nil {
+	ti, err := f.tableIdentity(ctx, r)
+	if err != nil {
 		return p, err
 	}
-	if err := f.planPublication(ctx, &p, version, r); err != nil {
+	// The identity comes first: a publication of updates created before it
+	// would make the application's UPDATEs fail in between.
+	if err := f.chooseIdentity(&p, opts, ti, r); err != nil {
+		return p, err
+	}
+	if err := f.planPublication(ctx, &p, version, r, opts.Identity == IdentityInsertsOnly); err != nil {
 		return p, err
 	}
 	if role != "" {
@@ -74,7 +141,11 @@ func (f *Feed) Setup(ctx context.Context, opts SetupOptions) (SetupPlan, error) 
 			return p, err
 		}
 	}
-	if err := f.planIdentity(ctx, &p, ident, r); err != nil {
+	if opts.Identity == IdentityInsertsOnly || ti.insertOnly && opts.Identity == IdentityUnchanged {
+		p.Notes = append(p.Notes, "the publication carries inserts and truncates only: deletes cost a false positive each "+
+			"until the next rebuild (set a RebuildInterval), and an UPDATE of the key is missed until then: "+
+			"the application must never update "+f.cfg.Column)
+	} else if err := f.planIdentity(ctx, &p, identAfter(ti.ident, opts.Identity), r); err != nil {
 		return p, err
 	}
 	if keepSize == "-1" {
@@ -84,15 +155,105 @@ func (f *Feed) Setup(ctx context.Context, opts SetupOptions) (SetupPlan, error) 
 	return p, nil
 }
 
-func (f *Feed) planPublication(ctx context.Context, p *SetupPlan, version int, r *resolved) error {
+// tableIdentity reads the table's replica identity, whether PostgreSQL can
+// use it for UPDATE and DELETE, and the indexes that could be it.
+func (f *Feed) tableIdentity(ctx context.Context, r *resolved) (tableIdentity, error) {
+	var ti tableIdentity
+	err := f.queryRow(ctx, "setup: replica identity", `SELECT c.relreplident::text,
+		c.relreplident = 'f' OR EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid
+			AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))),
+		coalesce((SELECT NOT (p.pubupdate OR p.pubdelete) FROM pg_publication p WHERE p.pubname = $2), false)
+		FROM pg_class c WHERE c.oid = $1`, []any{r.oid, r.pub}, &ti.ident, &ti.usable, &ti.insertOnly)
+	if err != nil {
+		return ti, err
+	}
+	rows, err := f.pool.Query(ctx, `SELECT ic.relname FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+		LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attname = $2
+		WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL AND i.indimmediate
+		AND NOT EXISTS (SELECT 1 FROM pg_attribute x WHERE x.attrelid = i.indrelid AND x.attnum = ANY(i.indkey::int2[]) AND NOT x.attnotnull)
+		ORDER BY coalesce(i.indnkeyatts = 1 AND i.indkey[0] = a.attnum, false) DESC, ic.relname`, r.oid, f.cfg.Column)
+	if err != nil {
+		return ti, classify("setup: indexes", err)
+	}
+	ti.candidates, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return ti, classify("setup: indexes", err)
+	}
+	return ti, nil
+}
+
+// chooseIdentity adds the statements the operator's identity choice needs,
+// or refuses when the table cannot carry updates and no choice was made.
+func (f *Feed) chooseIdentity(p *SetupPlan, opts SetupOptions, ti tableIdentity, r *resolved) error {
+	switch opts.Identity {
+	case IdentityUnchanged:
+		if ti.usable || ti.insertOnly {
+			return nil
+		}
+		idx := "CREATE UNIQUE INDEX ON " + r.table + " (…) over NOT NULL columns, then ALTER TABLE " + r.table + " REPLICA IDENTITY USING INDEX <it>"
+		if len(ti.candidates) > 0 {
+			idx = "ALTER TABLE " + r.table + " REPLICA IDENTITY USING INDEX " + pgx.Identifier{ti.candidates[0]}.Sanitize()
+		}
+		return fmt.Errorf("%w: %s has no primary key and no replica identity index (relreplident %q), so once a publication "+
+			"publishes its updates and deletes PostgreSQL refuses the application's UPDATE and DELETE. Pick one: "+
+			"(1) a unique index as the identity: %s (`feed setup -identity index[=NAME]`); "+
+			"(2) ALTER TABLE %s REPLICA IDENTITY FULL, more WAL per update and delete (`-identity full`); "+
+			"(3) a publication WITH (publish = 'insert, truncate'): deletes and key updates are not seen until a rebuild, "+
+			"for a table whose key is never updated (`-identity inserts`)",
+			ErrReplicaIdentity, r.table, ti.ident, idx, r.table)
+	case IdentityFull:
+		if ti.ident != "f" {
+			p.Statements = append(p.Statements, "ALTER TABLE "+r.table+" REPLICA IDENTITY FULL")
+		}
+	case IdentityIndex:
+		name := opts.Index
+		if name == "" {
+			if len(ti.candidates) == 0 {
+				return fmt.Errorf("%w: %s has no unique, non-partial index on NOT NULL columns to use as its identity: "+
+					"create one, or pick -identity full or -identity inserts", ErrReplicaIdentity, r.table)
+			}
+			name = ti.candidates[0]
+		} else if !slices.Contains(ti.candidates, name) {
+			return fmt.Errorf("%w: index %q of %s cannot be the replica identity (it must be unique, non-partial, "+
+				"without expressions, on NOT NULL columns); candidates: %q", ErrReplicaIdentity, name, r.table, ti.candidates)
+		}
+		p.Statements = append(p.Statements, "ALTER TABLE "+r.table+" REPLICA IDENTITY USING INDEX "+pgx.Identifier{name}.Sanitize())
+	case IdentityInsertsOnly:
+	default:
+		return fmt.Errorf("postgres: setup: unknown identity choice %v", opts.Identity)
+	}
+	return nil
+}
+
+// identAfter is the table's relreplident once the choice is applied.
+func identAfter(ident string, choice Identity) string {
+	switch choice {
+	case IdentityFull:
+		return "f"
+	case IdentityIndex:
+		return "i"
+	}
+	return ident
+}
+
+func (f *Feed) planPublication(ctx context.Context, p *SetupPlan, version int, r *resolved, insertsOnly bool) error {
 	table, pub := r.table, pgx.Identifier{r.pub}.Sanitize()
-	var exists bool
-	if err := f.queryRow(ctx, "setup: publication", "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", []any{r.pub}, &exists); err != nil {
+	var exists, publishesChanges bool
+	if err := f.queryRow(ctx, "setup: publication", "SELECT count(*) > 0, coalesce(bool_or(pubupdate OR pubdelete), false) FROM pg_publication WHERE pubname = $1",
+		[]any{r.pub}, &exists, &publishesChanges); err != nil {
 		return err
 	}
+	const insertsOnlyOpt = " WITH (publish = 'insert, truncate')"
 	if !exists {
-		p.Statements = append(p.Statements, "CREATE PUBLICATION "+pub+" FOR TABLE "+table)
+		stmt := "CREATE PUBLICATION " + pub + " FOR TABLE " + table
+		if insertsOnly {
+			stmt += insertsOnlyOpt
+		}
+		p.Statements = append(p.Statements, stmt)
 		return nil
+	}
+	if insertsOnly && publishesChanges {
+		p.Statements = append(p.Statements, "ALTER PUBLICATION "+pub+" SET"+insertsOnlyOpt[5:])
 	}
 	q := `SELECT count(*), bool_or(false) FROM pg_publication_tables
 		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`
@@ -183,7 +344,8 @@ func (f *Feed) planIdentity(ctx context.Context, p *SetupPlan, ident string, r *
 }
 
 // ApplySetup runs plan.Statements in order, stopping at the first error.
-// It does not change wal_level or the replica identity.
+// It never changes wal_level; it changes the replica identity only as
+// SetupOptions.Identity chose.
 func (f *Feed) ApplySetup(ctx context.Context, plan SetupPlan) error {
 	for _, s := range plan.Statements {
 		if _, err := f.pool.Exec(ctx, s); err != nil {

@@ -2,12 +2,15 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
@@ -163,5 +166,110 @@ func TestNamesMeet(t *testing.T) {
 			t.Errorf("%q: slot %q, publication %q; want %q", spelling, f.Slot(), f.Publication(), want)
 		}
 		f.Close()
+	}
+}
+
+// appWrites runs the application's kinds of write on the table and fails the
+// test if PostgreSQL refuses one.
+func (fx *setupFixture) appWrites(t *testing.T, tag string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, q := range []string{
+		"INSERT INTO " + fx.table + " (email, note) VALUES ('" + tag + "-a@x', 'n'), ('" + tag + "-b@x', 'n')",
+		"UPDATE " + fx.table + " SET note = 'updated' WHERE email = '" + tag + "-a@x'",
+		"UPDATE " + fx.table + " SET email = '" + tag + "-c@x' WHERE email = '" + tag + "-a@x'",
+		"DELETE FROM " + fx.table + " WHERE email = '" + tag + "-b@x'",
+	} {
+		if _, err := fx.pool.Exec(ctx, q); err != nil {
+			t.Fatalf("the application's write failed after setup: %s: %v", q, err)
+		}
+	}
+}
+
+// TestSetupKeepsAppWrites: on a table without a usable replica identity,
+// setup never makes PostgreSQL refuse the application's UPDATE and DELETE.
+// Without a choice it refuses with ErrReplicaIdentity and explains the
+// options; with one it applies exactly that, and the feed works. Before,
+// setup created a publication of updates and deletes, and every UPDATE
+// failed with "cannot update table ... does not have a replica identity".
+func TestSetupKeepsAppWrites(t *testing.T) {
+	for _, tc := range []struct {
+		name, create string
+		opts         postgres.SetupOptions
+		deletes      bool // the feed reports deletes with their key
+	}{
+		{"no choice", "(email text, note text)", postgres.SetupOptions{}, false},
+		{"full", "(email text, note text)", postgres.SetupOptions{Identity: postgres.IdentityFull}, true},
+		{"index", "(email text NOT NULL UNIQUE, note text)", postgres.SetupOptions{Identity: postgres.IdentityIndex}, true},
+		{"inserts only", "(email text, note text)", postgres.SetupOptions{Identity: postgres.IdentityInsertsOnly}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newSetupFixture(t, tc.create)
+			fx.appWrites(t, "before")
+			tc.opts.Role = fx.role
+			f, err := postgres.NewFeed(postgres.FeedConfig{ConnString: fx.pool.Config().ConnString(), Table: fx.table, Column: "email"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			ctx := context.Background()
+			plan, err := f.Setup(ctx, tc.opts)
+			if tc.opts.Identity == postgres.IdentityUnchanged {
+				if err == nil {
+					if aerr := f.ApplySetup(ctx, plan); aerr != nil {
+						t.Fatal(aerr)
+					}
+					fx.appWrites(t, "after")
+				}
+				if !errors.Is(err, postgres.ErrReplicaIdentity) || !errors.Is(err, changefeed.ErrSetup) {
+					t.Fatalf("setup without a choice: %v, want ErrReplicaIdentity", err)
+				}
+				for _, choice := range []string{"REPLICA IDENTITY FULL", "USING INDEX", "publish = 'insert, truncate'"} {
+					if !strings.Contains(err.Error(), choice) {
+						t.Errorf("the refusal does not explain %q: %v", choice, err)
+					}
+				}
+				fx.appWrites(t, "after")
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.ApplySetup(ctx, plan); err != nil {
+				t.Fatal(err)
+			}
+			fx.appWrites(t, "after")
+
+			feed, err := postgres.NewFeed(postgres.FeedConfig{ConnString: fx.connString(t, fx.role), Table: fx.table, Column: "email",
+				StatusInterval: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer feed.Close()
+			c := newConsumer()
+			pos, err := feed.Bootstrap(ctx, c.add)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := c.stream(feed, pos)
+			defer stop()
+			fx.appWrites(t, "streamed")
+			h, err := feed.Head(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.waitFor(t, h)
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			want := map[string]int{"streamed-a@x": 1, "streamed-b@x": 1} // inserts only: updates and deletes unseen
+			if tc.deletes {
+				want = map[string]int{"streamed-a@x": 0, "streamed-b@x": 0, "streamed-c@x": 1}
+			}
+			for k, n := range want {
+				if c.keys[k] != n {
+					t.Errorf("%s counted %d times, want %d (keys %v)", k, c.keys[k], n, c.keys)
+				}
+			}
+		})
 	}
 }
