@@ -576,6 +576,30 @@ func (f *Feed) Head(ctx context.Context) (changefeed.Position, error) {
 
 var _ bloomgate.Feed = (*Feed)(nil)
 
+// Err returns the error of the feed's last failed connection attempt or
+// stream while Stream retries, nil once connected again (Health().Err).
+// Gate.Follow shows it in the gate's state while it fails open.
+func (f *Feed) Err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastErr
+}
+
+// Estimate returns the planner's row estimate for the table
+// (pg_class.reltuples; 0 for a table never analysed), within the feed's
+// Timeout. Gate.Follow sizes its first filter with it.
+func (f *Feed) Estimate(ctx context.Context) (int64, error) {
+	r, err := f.names(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var n float64
+	if err := f.queryRow(ctx, "estimate", "SELECT reltuples FROM pg_class WHERE oid = $1", []any{r.oid}, &n); err != nil {
+		return 0, err
+	}
+	return max(int64(n), 0), nil
+}
+
 // Health reports the feed's state.
 func (f *Feed) Health() Health {
 	f.mu.Lock()
