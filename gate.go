@@ -574,6 +574,9 @@ type Stats struct {
 	FeedPosition uint64
 	FeedLag      time.Duration
 	Snapshots    uint64
+	// FeedErrors counts the feed failures that made Follow fail open and
+	// restart (bloomgate_feed_errors_total, summed over causes).
+	FeedErrors uint64
 	// AuditSamples counts "absent" answers the self-audit checked against
 	// the table (Config.Audit), AuditFalseNegatives those it found a row
 	// for: 0 of AuditSamples is the figure a dashboard shows.
@@ -595,6 +598,9 @@ func (g *Gate) Stats() Stats {
 	s.Builds = g.m.builds.Load()
 	s.FeedPosition, s.FeedLag, s.Snapshots = g.m.feedPosition.Load(), time.Duration(g.m.feedLag.Load()), g.m.snapshots.Load()
 	s.AuditSamples, s.AuditFalseNegatives = g.m.auditSamples.Load(), g.m.auditFalseNegatives.Load()
+	for i := range g.m.feedErrors {
+		s.FeedErrors += g.m.feedErrors[i].Load()
+	}
 	g.mu.Lock()
 	s.UnhonouredRemoves = g.unhonoured
 	s.JournalAdds = g.journal.n

@@ -112,13 +112,14 @@ func (f *Feed) exec(ctx context.Context, what, sql string, args ...any) error {
 	return f.wrap(ctx, qctx, what, err)
 }
 
-// wrap names what failed and classifies the error: a timeout (qctx expired
-// before ctx) wraps changefeed.ErrTimeout, a refused privilege ErrPermission.
+// wrap names what failed and classifies the error: a timeout (qctx, or the
+// pool's connect timeout, expired before ctx) wraps changefeed.ErrTimeout, a
+// refused privilege ErrPermission.
 func (f *Feed) wrap(ctx, qctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if ctx.Err() == nil && qctx.Err() != nil {
+	if ctx.Err() == nil && (qctx.Err() != nil || errors.Is(err, context.DeadlineExceeded)) {
 		return fmt.Errorf("postgres: %s: %w (%v): %v", what, changefeed.ErrTimeout, f.cfg.Timeout, err)
 	}
 	return classify(what, err)

@@ -116,9 +116,9 @@ func (f *Feed) Setup(ctx context.Context, opts SetupOptions) (SetupPlan, error) 
 	var p SetupPlan
 	var version int
 	var keepSize string
-	if err := f.pool.QueryRow(ctx, "SELECT current_setting('wal_level'), current_setting('server_version_num')::int, current_setting('max_slot_wal_keep_size')").
-		Scan(&p.WALLevel, &version, &keepSize); err != nil {
-		return p, fmt.Errorf("postgres: setup: %w", err)
+	if err := f.queryRow(ctx, "setup: settings", "SELECT current_setting('wal_level'), current_setting('server_version_num')::int, current_setting('max_slot_wal_keep_size')",
+		nil, &p.WALLevel, &version, &keepSize); err != nil {
+		return p, err
 	}
 	r, err := f.resolve(ctx)
 	if err != nil {
@@ -141,7 +141,9 @@ func (f *Feed) Setup(ctx context.Context, opts SetupOptions) (SetupPlan, error) 
 			return p, err
 		}
 	}
-	if opts.Identity == IdentityInsertsOnly || ti.insertOnly && opts.Identity == IdentityUnchanged {
+	if opts.Identity == IdentityIndex {
+		p.Notes = append(p.Notes, "replica identity set to an index: deletes and key updates carry the old key only when that index is the key column's own")
+	} else if opts.Identity == IdentityInsertsOnly || ti.insertOnly && opts.Identity == IdentityUnchanged {
 		p.Notes = append(p.Notes, "the publication carries inserts and truncates only: deletes cost a false positive each "+
 			"until the next rebuild (set a RebuildInterval), and an UPDATE of the key is missed until then: "+
 			"the application must never update "+f.cfg.Column)
@@ -167,17 +169,18 @@ func (f *Feed) tableIdentity(ctx context.Context, r *resolved) (tableIdentity, e
 	if err != nil {
 		return ti, err
 	}
-	rows, err := f.pool.Query(ctx, `SELECT ic.relname FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+	qctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
+	defer cancel()
+	rows, err := f.pool.Query(qctx, `SELECT ic.relname FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
 		LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attname = $2
 		WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL AND i.indimmediate
 		AND NOT EXISTS (SELECT 1 FROM pg_attribute x WHERE x.attrelid = i.indrelid AND x.attnum = ANY(i.indkey::int2[]) AND NOT x.attnotnull)
 		ORDER BY coalesce(i.indnkeyatts = 1 AND i.indkey[0] = a.attnum, false) DESC, ic.relname`, r.oid, f.cfg.Column)
-	if err != nil {
-		return ti, classify("setup: indexes", err)
+	if err == nil {
+		ti.candidates, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	}
-	ti.candidates, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return ti, classify("setup: indexes", err)
+		return ti, f.wrap(ctx, qctx, "setup: indexes", err)
 	}
 	return ti, nil
 }
@@ -307,7 +310,7 @@ func (f *Feed) planIdentity(ctx context.Context, p *SetupPlan, ident string, r *
 	table := r.table
 	var covered, notNull bool
 	var index *string
-	err := f.pool.QueryRow(ctx, `SELECT
+	err := f.queryRow(ctx, "setup: key column", `SELECT
 		coalesce((SELECT a.attnum = ANY(i.indkey::int2[]) FROM pg_index i
 			WHERE i.indrelid = c.oid AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))), false),
 		a.attnotnull,
@@ -315,12 +318,12 @@ func (f *Feed) planIdentity(ctx context.Context, p *SetupPlan, ident string, r *
 			WHERE i.indrelid = c.oid AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
 			AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum AND i.indimmediate ORDER BY 1 LIMIT 1)
 		FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped
-		WHERE c.oid = $1`, r.oid, f.cfg.Column).Scan(&covered, &notNull, &index)
+		WHERE c.oid = $1`, []any{r.oid, f.cfg.Column}, &covered, &notNull, &index)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("postgres: setup: column %q not in %s", f.cfg.Column, f.cfg.Table)
+		return fmt.Errorf("%w: column %q not in %s", ErrKeyColumn, f.cfg.Column, r.table)
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: setup: %w", err)
+		return err
 	}
 	if ident == "f" || covered {
 		p.Notes = append(p.Notes, "replica identity covers the key: deletes and key updates carry the old key, so filters that can delete stay exact")
@@ -345,11 +348,22 @@ func (f *Feed) planIdentity(ctx context.Context, p *SetupPlan, ident string, r *
 
 // ApplySetup runs plan.Statements in order, stopping at the first error.
 // It never changes wal_level; it changes the replica identity only as
-// SetupOptions.Identity chose.
+// SetupOptions.Identity chose. Each statement runs in a transaction of its
+// own with lock_timeout set to the feed's Timeout: ALTER TABLE queued behind
+// a long transaction would otherwise block the application's queries on the
+// table until it got its lock.
 func (f *Feed) ApplySetup(ctx context.Context, plan SetupPlan) error {
+	lockTimeout := fmt.Sprintf("SET LOCAL lock_timeout = %d", f.cfg.Timeout.Milliseconds())
 	for _, s := range plan.Statements {
-		if _, err := f.pool.Exec(ctx, s); err != nil {
-			return fmt.Errorf("postgres: setup: %s: %w", s, err)
+		err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, lockTimeout); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, s)
+			return err
+		})
+		if err != nil {
+			return classify("setup: "+s, err)
 		}
 	}
 	return nil
