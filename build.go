@@ -137,7 +137,7 @@ func (g *Gate) install(nf Filter, kind string, buffered bool) (time.Time, []jour
 	if g.building {
 		return time.Time{}, nil, ErrBuilding
 	}
-	g.building, g.pendingErr, g.pendingUnhonoured = true, nil, 0
+	g.building, g.pendingErr, g.pendingUnapplied = true, nil, 0
 	if buffered {
 		g.buffering, g.pendingBuf = true, nil
 	} else {
@@ -221,7 +221,7 @@ func (g *Gate) finish(nf Filter, bb *filter.BloomBuilder, kind string, snapshotA
 		}
 		bb.Finish() // published below by the view's atomic store
 	}
-	unhonoured := g.pendingUnhonoured
+	unapplied := g.pendingUnapplied
 	g.endBuildLocked()
 	if serr == nil && g.closed {
 		serr = ErrClosed
@@ -241,14 +241,14 @@ func (g *Gate) finish(nf Filter, bb *filter.BloomBuilder, kind string, snapshotA
 	nv := &view{state: StateReady, f: nf, seed: g.seed, snapshotAt: snapshotAt, builtAt: g.cfg.Now()}
 	nv.rm, _ = nf.(Remover)
 	g.publishLocked(nv)
-	g.unhonoured = unhonoured // removes made during the build never reached nf
+	g.unapplied = unapplied // removes made during the build never reached nf
 	g.m.builds.Add(1)
 	return nil
 }
 
 // endBuildLocked clears a build's state. g.mu is held.
 func (g *Gate) endBuildLocked() {
-	g.building, g.pending, g.pendingErr, g.pendingUnhonoured = false, nil, nil, 0
+	g.building, g.pending, g.pendingErr, g.pendingUnapplied = false, nil, nil, 0
 	g.buffering, g.pendingBuf = false, nil
 }
 
@@ -312,7 +312,7 @@ func (g *Gate) rebuildReason() string {
 		return fmt.Sprintf("overfilled: estimated FP %.4g > %g × %g", st.EstimatedFPRate, g.cfg.OverfillFactor, g.cfg.FPRate)
 	}
 	g.mu.Lock()
-	u := g.unhonoured
+	u := g.unapplied
 	g.mu.Unlock()
 	if u > 0 && float64(u) > g.cfg.RemoveRebuildRatio*float64(max(st.Items, 1)) {
 		return fmt.Sprintf("%d removes the filter did not apply", u)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // Feed is a change feed with exact positions, such as PostgreSQL logical
@@ -124,10 +125,10 @@ const growFactor = 2
 // deadline), "rebuild" (changefeed.ErrRebuild: bootstrap again) and
 // "other".
 func (g *Gate) Follow(ctx context.Context, feed Feed, cfg FollowConfig) error {
-	setDefault(&cfg.SnapshotInterval, DefaultSnapshotInterval)
-	setDefault(&cfg.SnapshotTimeout, DefaultSnapshotTimeout)
-	setDefault(&cfg.MaxLag, DefaultMaxLag)
-	setDefault(&cfg.MinCapacity, DefaultMinCapacity)
+	defaults.Set(&cfg.SnapshotInterval, DefaultSnapshotInterval)
+	defaults.Set(&cfg.SnapshotTimeout, DefaultSnapshotTimeout)
+	defaults.Set(&cfg.MaxLag, DefaultMaxLag)
+	defaults.Set(&cfg.MinCapacity, DefaultMinCapacity)
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -449,7 +450,7 @@ func (fl *follower) publishLocked(f Filter, capacity uint64) {
 		nv.state, nv.owner, nv.reason = StateDegraded, ownerFeed, "change feed: catching up"
 	}
 	g.publishLocked(nv)
-	g.unhonoured = 0
+	g.unapplied = 0
 	fl.unknown, fl.truncated, fl.capacity = 0, false, capacity
 }
 

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // Sentinel errors.
@@ -159,14 +160,14 @@ const (
 )
 
 func (c *Config) fill() error {
-	setDefault(&c.FPRate, DefaultFPRate)
-	setDefault(&c.Headroom, DefaultHeadroom)
-	setDefault(&c.MaxKeyLen, DefaultMaxKeyLen)
-	setDefault(&c.CheckInterval, DefaultCheckInterval)
-	setDefault(&c.OverfillFactor, DefaultOverfillFactor)
-	setDefault(&c.RemoveRebuildRatio, DefaultRemoveRebuildRatio)
-	setDefault(&c.RebuildOverlap, DefaultRebuildOverlap)
-	setDefault(&c.AuditPerSecond, 1)
+	defaults.Set(&c.FPRate, DefaultFPRate)
+	defaults.Set(&c.Headroom, DefaultHeadroom)
+	defaults.Set(&c.MaxKeyLen, DefaultMaxKeyLen)
+	defaults.Set(&c.CheckInterval, DefaultCheckInterval)
+	defaults.Set(&c.OverfillFactor, DefaultOverfillFactor)
+	defaults.Set(&c.RemoveRebuildRatio, DefaultRemoveRebuildRatio)
+	defaults.Set(&c.RebuildOverlap, DefaultRebuildOverlap)
+	defaults.Set(&c.AuditPerSecond, 1)
 	if c.NewFilter == nil {
 		c.NewFilter = NewBloom
 	}
@@ -194,13 +195,6 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
-}
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
 }
 
 // view is what readers see, published atomically as one unit.
@@ -267,14 +261,14 @@ type Gate struct {
 	journal    journal
 	// seed is the hash seed of every filter the gate builds. It changes only
 	// when a snapshot with another seed is loaded, with buildMu held too.
-	seed       uint64
-	unhonoured uint64 // removes the serving filter did not apply
-	// pendingUnhonoured counts removes since the pending filter was
+	seed      uint64
+	unapplied uint64 // removes the serving filter did not apply
+	// pendingUnapplied counts removes since the pending filter was
 	// installed: none of them reached it.
-	pendingUnhonoured uint64
-	following         bool // a change feed applies deletes (Follow)
-	closed            bool
-	changed           chan struct{} // closed at the next view change (WaitReady), if not nil
+	pendingUnapplied uint64
+	following        bool // a change feed applies deletes (Follow)
+	closed           bool
+	changed          chan struct{} // closed at the next view change (WaitReady), if not nil
 
 	auditCh   chan []byte   // sampled "absent" answers, nil without Config.Audit
 	auditStop chan struct{} // closed by Close
@@ -465,17 +459,17 @@ func (g *Gate) Remove(key []byte) error {
 	h := filter.Hash(nk, g.seed)
 	g.m.removes.Add(1)
 	if g.building {
-		g.pendingUnhonoured++
+		g.pendingUnapplied++
 	}
 	v := g.view.Load()
 	switch {
 	case v.f == nil:
 		return nil
 	case v.rm == nil:
-		g.unhonoured++
+		g.unapplied++
 		return ErrRemoveUnsupported
 	case now.Sub(v.snapshotAt) < g.cfg.RebuildOverlap:
-		g.unhonoured++
+		g.unapplied++
 		return ErrRemoveDeferred
 	}
 	if err := v.rm.RemoveHash(h); err != nil {
@@ -561,9 +555,9 @@ type Stats struct {
 	ObservedFPRate float64
 	// ConfiguredFPRate is Config.FPRate.
 	ConfiguredFPRate float64
-	// UnhonouredRemoves counts removes the serving filter did not apply
+	// UnappliedRemoves counts removes the serving filter did not apply
 	// (ErrRemoveUnsupported, ErrRemoveDeferred, or made during its build).
-	UnhonouredRemoves uint64
+	UnappliedRemoves uint64
 	// JournalAdds is the number of recent adds a build would replay.
 	JournalAdds int
 	// Builds counts successful warm-ups, rebuilds and bootstraps.
@@ -602,7 +596,7 @@ func (g *Gate) Stats() Stats {
 		s.FeedErrors += g.m.feedErrors[i].Load()
 	}
 	g.mu.Lock()
-	s.UnhonouredRemoves = g.unhonoured
+	s.UnappliedRemoves = g.unapplied
 	s.JournalAdds = g.journal.n
 	g.mu.Unlock()
 	if v.f != nil {

@@ -498,7 +498,7 @@ func TestRunTriggers(t *testing.T) {
 		waitFor(t, func() bool { return g.Stats().Builds >= 2 })
 		checkNoFalseNegatives(t, g, keys("more", 2000))
 	})
-	t.Run("unhonoured removes", func(t *testing.T) {
+	t.Run("unapplied removes", func(t *testing.T) {
 		src := newMemSource(keys("user", 1000)...)
 		g := newGate(t, bloomgate.Config{Source: src, CheckInterval: time.Millisecond, RemoveRebuildRatio: 0.05})
 		ctx, cancel := context.WithCancel(context.Background())
@@ -511,15 +511,15 @@ func TestRunTriggers(t *testing.T) {
 				t.Fatalf("Remove on a Bloom: %v", err)
 			}
 		}
-		// The trigger fires once more than 5 % are unhonoured. Removes made
+		// The trigger fires once more than 5 % are unapplied. Removes made
 		// while that rebuild runs never reach its filter and stay counted,
 		// so the count reaches 0 only after a build that follows them all.
 		waitFor(t, func() bool { return g.Stats().Builds >= 2 })
 		if err := g.Rebuild(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if u := g.Stats().UnhonouredRemoves; u != 0 {
-			t.Fatalf("%d unhonoured removes after a build that followed them all", u)
+		if u := g.Stats().UnappliedRemoves; u != 0 {
+			t.Fatalf("%d unapplied removes after a build that followed them all", u)
 		}
 		checkNoFalseNegatives(t, g, keys("user", 1000)[100:])
 	})
@@ -669,7 +669,7 @@ func TestRemoveWithCuckoo(t *testing.T) {
 		t.Fatalf("Remove(stranger) = %v, want ErrNotFound", err)
 	}
 	checkNoFalseNegatives(t, g, keys("user", 5000)[2500:])
-	if s := g.Stats(); s.UnhonouredRemoves != 0 {
-		t.Fatalf("unhonoured removes %d with a cuckoo filter", s.UnhonouredRemoves)
+	if s := g.Stats(); s.UnappliedRemoves != 0 {
+		t.Fatalf("unapplied removes %d with a cuckoo filter", s.UnappliedRemoves)
 	}
 }

@@ -110,7 +110,7 @@ var (
 	descBytes        = desc("filter_bytes", "Memory held by the serving filter.")
 	descCapacity     = desc("filter_capacity", "Keys the serving filter was sized for.")
 	descState        = desc("state", "1 for the gate's current state.", "state")
-	descUnhonoured   = desc("unhonoured_removes", "Removes the serving filter did not apply (unsupported, deferred, or made during its build).")
+	descUnapplied    = desc("unapplied_removes", "Removes the serving filter did not apply (unsupported, deferred, or made during its build).")
 	descJournal      = desc("journal_adds", "Recent adds a build would replay (8 bytes each).")
 	descFeedPosition = desc("feed_position", "Change-feed position applied (PostgreSQL: LSN), while following a feed.")
 	descFeedLag      = desc("feed_lag_seconds", "How far the applied position is behind the feed's head, while following a feed.")
@@ -137,7 +137,7 @@ func (g *Gate) collector() collector { return collector{m: g.m, stats: g.Stats} 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLookups, descAbsent, descFailOpen, descFetches, descEmpty, descAdds,
 		descRemoves, descRemoveMisses, descObservedFP, descEstimatedFP, descConfiguredFP, descItems, descDistinct,
-		descFill, descBytes, descCapacity, descState, descUnhonoured, descJournal, descFeedPosition, descFeedLag,
+		descFill, descBytes, descCapacity, descState, descUnapplied, descJournal, descFeedPosition, descFeedLag,
 		descSnapshots, descFeedErrors, descAuditSamples, descAuditFN} {
 		ch <- d
 	}
@@ -176,7 +176,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descFill, s.Filter.FillRatio)
 	gauge(descBytes, float64(s.Filter.Bytes))
 	gauge(descCapacity, float64(s.Filter.Capacity))
-	gauge(descUnhonoured, float64(s.UnhonouredRemoves))
+	gauge(descUnapplied, float64(s.UnappliedRemoves))
 	gauge(descJournal, float64(s.JournalAdds))
 	gauge(descFeedPosition, float64(s.FeedPosition))
 	gauge(descFeedLag, s.FeedLag.Seconds())

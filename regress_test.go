@@ -72,16 +72,16 @@ func TestRemoveAfterRebuildKeepsOtherKeys(t *testing.T) {
 			if fn > 0 {
 				t.Fatalf("%d of %d kept keys reported absent after removes that followed a rebuild", fn, len(kept))
 			}
-			if s := g.Stats(); s.UnhonouredRemoves != uint64(len(gone)) {
-				t.Fatalf("unhonoured removes %d, want %d", s.UnhonouredRemoves, len(gone))
+			if s := g.Stats(); s.UnappliedRemoves != uint64(len(gone)) {
+				t.Fatalf("unapplied removes %d, want %d", s.UnappliedRemoves, len(gone))
 			}
 			// The next build honours them all, by leaving the rows out.
 			if err := g.Rebuild(ctx); err != nil {
 				t.Fatal(err)
 			}
 			checkNoFalseNegatives(t, g, kept)
-			if s := g.Stats(); s.UnhonouredRemoves != 0 || s.Filter.Items != uint64(len(kept)) {
-				t.Fatalf("after the next build: unhonoured %d, items %d", s.UnhonouredRemoves, s.Filter.Items)
+			if s := g.Stats(); s.UnappliedRemoves != 0 || s.Filter.Items != uint64(len(kept)) {
+				t.Fatalf("after the next build: unapplied %d, items %d", s.UnappliedRemoves, s.Filter.Items)
 			}
 		})
 	}

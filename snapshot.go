@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/filter"
 	"github.com/bloomgate/bloomgate/internal/atomicfile"
+	"github.com/bloomgate/bloomgate/internal/crc32c"
 )
 
 // Snapshot errors.
@@ -46,8 +46,6 @@ const (
 	maxSnapshotIdentity = 4096
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // writeSnapshot writes f at pos in the snapshot format.
 func writeSnapshot(w io.Writer, identity string, pos changefeed.Position, f Filter) error {
 	enc, ok := f.(io.WriterTo)
@@ -57,7 +55,7 @@ func writeSnapshot(w io.Writer, identity string, pos changefeed.Position, f Filt
 	if len(identity) > maxSnapshotIdentity {
 		return fmt.Errorf("bloomgate: snapshot: identity longer than %d bytes", maxSnapshotIdentity)
 	}
-	crc := crc32.New(castagnoli)
+	crc := crc32c.New()
 	mw := io.MultiWriter(w, crc)
 	hdr := append([]byte(snapshotMagic), 0, 0)
 	binary.LittleEndian.PutUint16(hdr[len(snapshotMagic):], snapshotVersion)
@@ -79,7 +77,7 @@ func writeSnapshot(w io.Writer, identity string, pos changefeed.Position, f Filt
 // ErrSnapshotCorrupt (or the filter decoder's error). maxBytes bounds the
 // filter's memory (0: package filter's default).
 func readSnapshot(r io.Reader, identity string, maxBytes uint64) (Filter, changefeed.Position, error) {
-	crc := crc32.New(castagnoli)
+	crc := crc32c.New()
 	tr := &crcReader{r: r, crc: crc}
 	var hdr [len(snapshotMagic) + 2 + 8 + 2]byte
 	if _, err := io.ReadFull(tr, hdr[:]); err != nil {

@@ -27,10 +27,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"time"
 
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/crc32c"
 )
 
 // Version is the message format version AppendBatch writes and DecodeBatch
@@ -67,8 +67,6 @@ func (b Batch) End() changefeed.Position {
 	}
 	return b.Txns[len(b.Txns)-1].End
 }
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // AppendBatch appends b's encoding to dst. It fails when b has no
 // transactions, when the positions do not strictly increase from Prev, when
@@ -107,7 +105,7 @@ func AppendBatch(dst []byte, b Batch) ([]byte, error) {
 			}
 		}
 	}
-	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli)), nil
+	return binary.LittleEndian.AppendUint32(dst, crc32c.Checksum(dst[start:])), nil
 }
 
 // DecodeBatch decodes a message written by AppendBatch. Keys are copied, so
@@ -118,7 +116,7 @@ func DecodeBatch(p []byte) (Batch, error) {
 		return Batch{}, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(p))
 	}
 	body := p[:len(p)-4]
-	if binary.LittleEndian.Uint32(p[len(body):]) != crc32.Checksum(body, castagnoli) {
+	if binary.LittleEndian.Uint32(p[len(body):]) != crc32c.Checksum(body) {
 		return Batch{}, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 	}
 	if body[0] != Version {

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"hash/crc32"
 	"io"
 	"math"
+
+	"github.com/bloomgate/bloomgate/internal/crc32c"
 )
 
 // Binary format, version 1. All integers are little-endian.
@@ -37,7 +38,6 @@ const (
 
 var (
 	formatMagic = [4]byte{'B', 'G', 'F', 0}
-	crcTable    = crc32.MakeTable(crc32.Castagnoli)
 )
 
 // DecodeConfig limits decoding.
@@ -94,7 +94,7 @@ type frameWriter struct {
 }
 
 func newFrameWriter(w io.Writer) *frameWriter {
-	return &frameWriter{w: w, crc: crc32.New(crcTable), buf: make([]byte, 0, frameChunk)}
+	return &frameWriter{w: w, crc: crc32c.New(), buf: make([]byte, 0, frameChunk)}
 }
 
 func (fw *frameWriter) flush() {
@@ -230,7 +230,7 @@ func (fr *frameReader) read(p []byte) {
 		clear(p)
 		return
 	}
-	fr.crc = crc32.Update(fr.crc, crcTable, p)
+	fr.crc = crc32c.Update(fr.crc, p)
 }
 
 func (fr *frameReader) u16() uint16 {
@@ -311,7 +311,7 @@ func (r *nestedReader) Read(p []byte) (int, error) {
 		p = p[:r.left]
 	}
 	n, err := r.fr.r.Read(p)
-	r.fr.crc = crc32.Update(r.fr.crc, crcTable, p[:n])
+	r.fr.crc = crc32c.Update(r.fr.crc, p[:n])
 	r.left -= uint64(n)
 	return n, err
 }

@@ -1,10 +1,7 @@
 package serve
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,29 +15,66 @@ import (
 )
 
 // The log is a sequence of segment files, log-<n>.aof in DataDir. A snapshot
-// starts a new segment; once the snapshot is durable, older segments are
-// deleted. Every record carries a log sequence number (LSN), and each key
-// remembers the LSN of the last record applied to it (saved in the
-// snapshot), so replay skips records a snapshot already holds.
+// starts a new segment; the segments older than the previous snapshot are
+// then deleted (see snapshot.go). Every record carries a log sequence number
+// (LSN), and each key remembers the LSN of the last record applied to it
+// (saved in the snapshot), so replay skips records a snapshot already holds.
+//
+// A record is written to the log before it is applied in memory, under the
+// key's mutex: a write whose record could not be written changes nothing and
+// fails with ErrLogWrite. A partly written record is cut off again at once
+// (truncate needs no free space), so when a write fails for want of space the
+// next one succeeds as soon as there is room, without a restart.
 
 const (
 	segmentPrefix = "log-"
 	segmentSuffix = ".aof"
 )
 
+// ErrLogWrite reports a write refused because its log record could not be
+// written or synced: it was not applied and is not acknowledged. The text
+// is Redis' reply to a failed AOF write; the cause follows it.
+var ErrLogWrite = &Error{"log_write", "MISCONF Errors writing to the AOF file"}
+
+// logFile is what the log needs of a segment file.
+type logFile interface {
+	io.Writer
+	Sync() error
+	Truncate(size int64) error
+	Close() error
+}
+
+// logFS creates segment files; tests inject failures (a full disk) through
+// it.
+type logFS interface {
+	// create creates path, which must not exist, for appending.
+	create(path string) (logFile, error)
+}
+
+// osFS is the real file system.
+type osFS struct{}
+
+func (osFS) create(path string) (logFile, error) {
+	return os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o644)
+}
+
 // appendLog appends records to the current segment. Lock order: syncMu,
 // then mu.
 type appendLog struct {
 	dir string
+	fs  logFS
 
-	mu       sync.Mutex
-	f        *os.File
-	seg      uint64
-	nextLSN  uint64
-	written  int64 // bytes written to all segments since start
-	segStart int64 // written when the current segment began
-	buf      []byte
-	failed   error // a failed write: the log refuses further records
+	mu        sync.Mutex
+	f         logFile
+	seg       uint64
+	nextLSN   uint64
+	written   int64 // bytes written to all segments since start
+	segStart  int64 // written when the current segment began
+	buf       []byte
+	torn      bool  // a failed write left part of a record: cut it off first
+	needMagic bool  // the segment header is still to be written
+	failed    error // a failed fsync: records refused until a snapshot (see recovered)
+	failSeg   uint64
 
 	syncMu sync.Mutex
 	synced atomic.Int64
@@ -50,65 +84,114 @@ func segmentName(seg uint64) string {
 	return fmt.Sprintf("%s%016d%s", segmentPrefix, seg, segmentSuffix)
 }
 
-// listSegments returns the segment numbers in dir, ascending.
-func listSegments(dir string) ([]uint64, error) {
+// listNumbered returns the n of the files prefix<n>suffix in dir, ascending.
+func listNumbered(dir, prefix, suffix string) ([]uint64, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	var segs []uint64
+	var out []uint64
 	for _, e := range ents {
-		n, ok := strings.CutPrefix(e.Name(), segmentPrefix)
+		n, ok := strings.CutPrefix(e.Name(), prefix)
 		if !ok {
 			continue
 		}
-		n, ok = strings.CutSuffix(n, segmentSuffix)
+		n, ok = strings.CutSuffix(n, suffix)
 		if !ok {
 			continue
 		}
-		if seg, err := strconv.ParseUint(n, 10, 64); err == nil {
-			segs = append(segs, seg)
+		if v, err := strconv.ParseUint(n, 10, 64); err == nil {
+			out = append(out, v)
 		}
 	}
-	slices.Sort(segs)
-	return segs, nil
+	slices.Sort(out)
+	return out, nil
+}
+
+// listSegments returns the segment numbers in dir, ascending.
+func listSegments(dir string) ([]uint64, error) {
+	return listNumbered(dir, segmentPrefix, segmentSuffix)
 }
 
 // openLog starts segment seg in dir.
-func openLog(dir string, seg, nextLSN uint64) (*appendLog, error) {
-	l := &appendLog{dir: dir, nextLSN: nextLSN}
+func openLog(dir string, fs logFS, seg, nextLSN uint64) (*appendLog, error) {
+	l := &appendLog{dir: dir, fs: fs, nextLSN: nextLSN}
 	if err := l.openSegment(seg); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
+// openSegment creates segment seg and makes it durable. When its header
+// cannot be written (a full disk), the segment stays empty and the first
+// record writes the header before itself: a server starts, and serves reads,
+// on a full disk.
 func (l *appendLog) openSegment(seg uint64) error {
-	f, err := os.OpenFile(filepath.Join(l.dir, segmentName(seg)), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o644)
+	path := filepath.Join(l.dir, segmentName(seg))
+	f, err := l.fs.create(path)
 	if err != nil {
 		return err
 	}
 	if err := atomicfile.SyncDir(l.dir); err != nil {
 		f.Close()
+		os.Remove(path)
 		return err
 	}
 	l.f, l.seg, l.segStart = f, seg, l.written
+	l.torn, l.needMagic = false, true
+	if l.writeMagic() == nil {
+		l.synced.Store(l.written)
+	}
+	return nil
+}
+
+// writeMagic writes the segment header if it is still missing. Call with mu
+// held (or before the log is shared).
+func (l *appendLog) writeMagic() error {
+	if !l.needMagic {
+		return nil
+	}
+	n, err := l.f.Write([]byte(segmentMagic))
+	if err == nil {
+		err = l.f.Sync()
+	}
+	if err != nil {
+		if n > 0 {
+			l.torn = l.f.Truncate(0) != nil
+		}
+		return fmt.Errorf("%w: writing the segment header: %w", ErrLogWrite, err)
+	}
+	l.needMagic = false
+	l.written += int64(len(segmentMagic))
 	return nil
 }
 
 // append writes r (stamping its LSN) and returns the log position after it.
+// On failure nothing of r stays in the log and the error wraps ErrLogWrite.
 func (l *appendLog) append(r *record) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.failed != nil {
 		return 0, l.failed
 	}
+	if l.torn {
+		if err := l.f.Truncate(l.written - l.segStart); err != nil {
+			return 0, fmt.Errorf("%w: cutting off a partly written record: %w", ErrLogWrite, err)
+		}
+		l.torn = false
+	}
+	if err := l.writeMagic(); err != nil {
+		return 0, err
+	}
 	r.lsn = l.nextLSN
 	l.buf = r.appendFrame(l.buf[:0])
-	if _, err := l.f.Write(l.buf); err != nil {
-		// A partly written record would hide every later one from replay.
-		l.failed = fmt.Errorf("serve: log write failed, writes refused until restart: %w", err)
-		return 0, l.failed
+	if n, err := l.f.Write(l.buf); err != nil {
+		if n > 0 {
+			// A partly written record would hide every later one from
+			// replay: cut it off now, or before the next record.
+			l.torn = l.f.Truncate(l.written-l.segStart) != nil
+		}
+		return 0, fmt.Errorf("%w: %w", ErrLogWrite, err)
 	}
 	l.nextLSN++
 	l.written += int64(len(l.buf))
@@ -136,10 +219,18 @@ func (l *appendLog) syncTo(pos int64) error {
 		return failed
 	}
 	if err := f.Sync(); err != nil {
+		// After a failed fsync the kernel may have dropped the dirty pages,
+		// and a later fsync can succeed without writing them: nothing
+		// since the last good fsync is known to be on disk. Refuse records
+		// until a snapshot holds everything in memory.
 		l.mu.Lock()
-		l.failed = fmt.Errorf("serve: log fsync failed, writes refused until restart: %w", err)
+		if l.failed == nil {
+			l.failed = fmt.Errorf("%w: fsync failed, writes refused until a snapshot succeeds: %w", ErrLogWrite, err)
+			l.failSeg = l.seg
+		}
+		failed = l.failed
 		l.mu.Unlock()
-		return err
+		return failed
 	}
 	l.synced.Store(target)
 	return nil
@@ -153,23 +244,50 @@ func (l *appendLog) sync() error {
 	return l.syncTo(pos)
 }
 
+// failure returns the error that makes the log refuse records, or nil.
+func (l *appendLog) failure() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.failed
+}
+
+// recovered clears a failed fsync once a snapshot starting at segment seg
+// is durable: the snapshot holds every record of the earlier segments.
+func (l *appendLog) recovered(seg uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failed != nil && l.failSeg < seg {
+		l.failed = nil
+	}
+}
+
 // rotate fsyncs and closes the current segment, starts the next one and
-// returns its number and the next LSN.
+// returns its number and the next LSN. After a failed fsync it starts the
+// next segment without syncing the old one, for the snapshot that recovers
+// from the failure.
 func (l *appendLog) rotate() (uint64, uint64, error) {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.failed != nil {
-		return 0, 0, l.failed
+	if l.failed == nil {
+		if err := l.f.Sync(); err != nil {
+			return 0, 0, fmt.Errorf("%w: %w", ErrLogWrite, err)
+		}
+		l.synced.Store(l.written)
 	}
-	if err := l.f.Sync(); err != nil {
-		return 0, 0, err
+	old, oldTorn, oldMagic := l.f, l.torn, l.needMagic
+	if l.torn {
+		if old.Truncate(l.written-l.segStart) == nil {
+			oldTorn = false
+		}
 	}
-	l.synced.Store(l.written)
-	old := l.f
+	if oldTorn {
+		return 0, 0, fmt.Errorf("%w: a partly written record could not be cut off", ErrLogWrite)
+	}
 	if err := l.openSegment(l.seg + 1); err != nil {
-		return 0, 0, err
+		l.f, l.torn, l.needMagic = old, oldTorn, oldMagic
+		return 0, 0, fmt.Errorf("%w: starting a new segment: %w", ErrLogWrite, err)
 	}
 	old.Close()
 	return l.seg, l.nextLSN, nil
@@ -198,53 +316,25 @@ func (l *appendLog) removeBefore(seg uint64) error {
 	return atomicfile.SyncDir(l.dir)
 }
 
+// close syncs and closes the log. A partly written record left by a failed
+// write is cut off first, so the log on disk ends on a whole record.
 func (l *appendLog) close() error {
-	err := l.sync()
+	l.mu.Lock()
+	var err error
+	if l.torn {
+		if err = l.f.Truncate(l.written - l.segStart); err == nil {
+			l.torn = false
+		}
+	}
+	l.mu.Unlock()
+	if serr := l.sync(); err == nil {
+		err = serr
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if cerr := l.f.Close(); err == nil {
 		err = cerr
 	}
-	if l.failed == nil {
-		l.failed = ErrClosed
-	}
+	l.failed = ErrClosed
 	return err
-}
-
-// errTornRecord reports a record cut short or failing its checksum.
-var errTornRecord = errors.New("serve: torn or damaged log record")
-
-// readRecords calls fn for each record of a log segment of size bytes. It
-// returns the offset after the last good record and errTornRecord (wrapped)
-// when a bad record follows it; maxRecord bounds a record's payload.
-func readRecords(r io.Reader, size, maxRecord int64, fn func(*record) error) (int64, error) {
-	var off int64
-	var hdr [recordHeaderLen]byte
-	for off < size {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return off, fmt.Errorf("%w at offset %d: short header", errTornRecord, off)
-		}
-		un := binary.LittleEndian.Uint64(hdr[:])
-		sum := binary.LittleEndian.Uint32(hdr[8:])
-		if un > uint64(size-off-recordHeaderLen) || un > uint64(maxRecord) {
-			return off, fmt.Errorf("%w at offset %d: length %d past the end", errTornRecord, off, un)
-		}
-		n := int64(un)
-		payload := make([]byte, n)
-		if _, err := io.ReadFull(r, payload); err != nil {
-			return off, fmt.Errorf("%w at offset %d: short payload", errTornRecord, off)
-		}
-		if crc32.Checksum(payload, castagnoli) != sum {
-			return off, fmt.Errorf("%w at offset %d: checksum mismatch", errTornRecord, off)
-		}
-		rec, err := decodePayload(payload)
-		if err != nil {
-			return off, fmt.Errorf("%w at offset %d: %w", errTornRecord, off, err)
-		}
-		if err := fn(rec); err != nil {
-			return off, err
-		}
-		off += recordHeaderLen + n
-	}
-	return off, nil
 }

@@ -3,6 +3,7 @@ package serve
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/bloomgate/bloomgate/filter"
 )
@@ -126,49 +127,80 @@ func (s *Store) BFAdd(name string, items [][]byte, create BloomParams, noCreate 
 			o.mu.Unlock()
 			continue
 		}
-		added, hashes, stop := o.bloomAdd(items)
-		pos, err := s.commit(o, opAdd, hashes)
-		o.mu.Unlock()
-		if err == nil {
-			err = s.waitDurable(pos)
+		// Log first, then apply: a write that could not be logged changes
+		// nothing.
+		var pos int64
+		hs := make([]uint64, len(items))
+		for i, it := range items {
+			hs[i] = o.bf.Hash(it)
 		}
-		return added, stop, err
-	}
-}
-
-// bloomAdd adds items under o.mu and returns the hashes that were new.
-func (o *object) bloomAdd(items [][]byte) (added []bool, hashes []uint64, stop error) {
-	added = make([]bool, 0, len(items))
-	for _, it := range items {
-		h := o.bf.Hash(it)
-		if o.bf.MayContainHash(h) {
-			added = append(added, false)
-			continue
-		}
-		if err := o.bf.AddHash(h); err != nil {
-			if errors.Is(err, filter.ErrFull) && o.meta.bloom.NonScaling {
-				return added, hashes, ErrNonScalingFull
+		if hashes := o.bloomCandidates(hs); len(hashes) > 0 {
+			pos, err = s.commit(o, opAdd, hashes)
+			if err != nil {
+				o.mu.Unlock()
+				return nil, nil, err
 			}
-			return added, hashes, ErrBFInsert
 		}
-		o.card.Add(1)
-		hashes = append(hashes, h)
-		added = append(added, true)
+		added, stop := o.bloomAdd(hs)
+		s.remeasure(o)
+		o.mu.Unlock()
+		return added, stop, s.waitDurable(pos)
 	}
-	return added, hashes, nil
 }
 
-// commit logs the hashes written to o (under o.mu) and updates its size.
-func (s *Store) commit(o *object, op byte, hashes []uint64) (int64, error) {
-	if len(hashes) == 0 {
-		return 0, nil
+// bloomCandidates returns the hashes o does not hold yet, each once: the
+// opAdd record for adding them. Call with o.mu held.
+func (o *object) bloomCandidates(hs []uint64) []uint64 {
+	var hashes []uint64
+	for _, h := range hs {
+		if !o.bf.MayContainHash(h) && !slices.Contains(hashes, h) {
+			hashes = append(hashes, h)
+		}
 	}
-	o.dump = nil
-	s.remeasure(o)
+	return hashes
+}
+
+// bloomAdd adds the items with hashes hs under o.mu, with the rule replay
+// applies to their opAdd record (bloomAddHash).
+func (o *object) bloomAdd(hs []uint64) (added []bool, stop error) {
+	added = make([]bool, 0, len(hs))
+	for _, h := range hs {
+		ok, err := o.bloomAddHash(h)
+		if err != nil {
+			if errors.Is(err, filter.ErrFull) && o.meta.bloom.NonScaling {
+				return added, ErrNonScalingFull
+			}
+			return added, ErrBFInsert
+		}
+		added = append(added, ok)
+	}
+	return added, nil
+}
+
+// bloomAddHash adds h unless o may hold it already, and reports whether it
+// was new.
+func (o *object) bloomAddHash(h uint64) (bool, error) {
+	if o.bf.MayContainHash(h) {
+		return false, nil
+	}
+	if err := o.bf.AddHash(h); err != nil {
+		return false, err
+	}
+	o.card.Add(1)
+	return true, nil
+}
+
+// commit logs a record of hashes for o (under o.mu), before they are
+// applied, and stamps o with its LSN.
+func (s *Store) commit(o *object, op byte, hashes []uint64) (int64, error) {
 	r := &record{op: op, name: o.name, hashes: hashes}
 	pos, err := s.logRecord(r)
+	if err != nil {
+		return 0, err
+	}
+	o.dump = nil
 	o.lsn = r.lsn
-	return pos, err
+	return pos, nil
 }
 
 // BFExists reports for each item whether the key name may hold it. A

@@ -137,37 +137,65 @@ func (s *Store) CFAdd(name string, items [][]byte, create CuckooParams, noCreate
 			o.mu.Unlock()
 			continue
 		}
-		res, hashes, full := o.cuckooAdd(items, nx)
-		pos, err := s.commit(o, opAdd, hashes)
-		o.mu.Unlock()
-		if err == nil {
-			err = s.waitDurable(pos)
+		// Log first, then apply: a write that could not be logged changes
+		// nothing. The record lists every item's hash; replay applies it
+		// with the same deterministic rule, so items that did not fit fail
+		// there too.
+		op := opAdd
+		if nx {
+			op = opAddNX
 		}
-		return res, full, err
+		hashes := make([]uint64, len(items))
+		seed := o.cf.Seed()
+		for i, it := range items {
+			hashes[i] = filter.Hash(it, seed)
+		}
+		pos, err := s.commit(o, op, hashes)
+		if err != nil {
+			o.mu.Unlock()
+			return nil, nil, err
+		}
+		res, full := o.cuckooAdd(hashes, nx)
+		s.remeasure(o)
+		o.mu.Unlock()
+		return res, full, s.waitDurable(pos)
 	}
 }
 
-func (o *object) cuckooAdd(items [][]byte, nx bool) (res []int, hashes []uint64, full error) {
-	res = make([]int, len(items))
-	seed := o.cf.Seed()
-	for i, it := range items {
-		h := filter.Hash(it, seed)
-		if nx && o.cf.MayContainHash(h) {
-			continue
-		}
-		if err := o.cf.AddHash(h); err != nil {
-			res[i] = -1
+func (o *object) cuckooAdd(hashes []uint64, nx bool) (res []int, full error) {
+	res = make([]int, len(hashes))
+	for i, h := range hashes {
+		res[i] = o.cuckooAddHash(h, nx)
+		if res[i] < 0 {
 			full = ErrCFFull
 			if o.meta.cuckoo.maxFilters() > 1 {
 				full = ErrCFMaxExpansion
 			}
-			continue
 		}
-		o.card.Add(1)
-		res[i] = 1
-		hashes = append(hashes, h)
 	}
-	return res, hashes, full
+	return res, full
+}
+
+// cuckooAddHash inserts h (with nx, only if o may not hold it) and returns
+// 1 when it did, 0 when nx skipped it and -1 when it did not fit.
+func (o *object) cuckooAddHash(h uint64, nx bool) int {
+	if nx && o.cf.MayContainHash(h) {
+		return 0
+	}
+	if o.cf.AddHash(h) != nil {
+		return -1
+	}
+	o.card.Add(1)
+	return 1
+}
+
+// cuckooRemoveHash removes one copy of h and reports whether it did.
+func (o *object) cuckooRemoveHash(h uint64) bool {
+	if o.cf.RemoveHash(h) != nil {
+		return false
+	}
+	o.deletes.Add(1)
+	return true
 }
 
 // CFExists reports for each item whether the cuckoo key name may hold it.
@@ -232,17 +260,21 @@ func (s *Store) CFDel(name string, item []byte) (bool, error) {
 			continue
 		}
 		h := filter.Hash(item, o.cf.Seed())
-		if err := o.cf.RemoveHash(h); err != nil {
+		if !o.cf.MayContainHash(h) {
 			o.mu.Unlock()
-			return false, nil
+			return false, nil // nothing to remove, nothing to log
 		}
-		o.deletes.Add(1)
 		pos, err := s.commit(o, opRemove, []uint64{h})
-		o.mu.Unlock()
-		if err == nil {
-			err = s.waitDurable(pos)
+		if err != nil {
+			o.mu.Unlock()
+			return false, err
 		}
-		return err == nil, err
+		ok := o.cuckooRemoveHash(h)
+		o.mu.Unlock()
+		if err := s.waitDurable(pos); err != nil {
+			return false, err
+		}
+		return ok, nil
 	}
 }
 
@@ -252,7 +284,7 @@ type CuckooInfo struct {
 	Size          uint64 // bytes of the tables
 	Buckets       uint64 // buckets in all sub-filters
 	Filters       int    // sub-filters
-	Inserted      uint64 // successful inserts
+	Inserted      uint64 // items held: successful inserts minus successful deletes, as RedisBloom
 	Deleted       uint64 // successful deletes
 	BucketSize    int    // slots per bucket in use (2, 4 or 8)
 	Expansion     int    // as created
@@ -290,7 +322,7 @@ func (s *Store) CFInfo(name string) (CuckooInfo, error) {
 		Size:          st.Bytes,
 		Buckets:       buckets,
 		Filters:       len(fps),
-		Inserted:      o.card.Load(),
+		Inserted:      o.card.Load() - o.deletes.Load(),
 		Deleted:       o.deletes.Load(),
 		BucketSize:    b,
 		Expansion:     o.meta.cuckoo.Expansion,

@@ -136,15 +136,14 @@ func (s *Store) finishLoad(name string, kind Kind, payload []byte) error {
 		s.mu.Unlock()
 		return ErrBadData
 	}
-	o.mu.Lock()
 	pos, err := s.logRecord(r)
+	if err != nil {
+		s.mu.Unlock()
+		return err
+	}
 	o.lsn = r.lsn
 	s.keys[name] = o
 	s.used.Add(o.bytes)
-	o.mu.Unlock()
 	s.mu.Unlock()
-	if err != nil {
-		return err
-	}
 	return s.waitDurable(pos)
 }

@@ -27,7 +27,7 @@ func seedFiles(f *testing.F) (logData, snapData []byte) {
 	if err := s.Close(); err != nil {
 		f.Fatal(err)
 	}
-	snapData, _ = os.ReadFile(filepath.Join(dir, snapshotName))
+	snapData, _ = os.ReadFile(newestSnapshot(f, dir))
 	return logData, snapData
 }
 
@@ -42,11 +42,12 @@ func FuzzReadRecords(f *testing.F) {
 		s := &Store{keys: map[string]*object{}, cfg: Config{MaxFilterBytes: 1 << 20}}
 		fillDefaults(&s.cfg)
 		s.log = s.cfg.Logger
-		off, _ := readRecords(bytes.NewReader(data), int64(len(data)), 1<<20, func(r *record) error {
-			return s.apply(r)
-		})
-		if off > int64(len(data)) {
-			t.Fatalf("good offset %d past %d bytes", off, len(data))
+		sc, err := readSegment(bytes.NewReader(data), int64(len(data)), 1<<20, s.apply)
+		if err == nil && (sc.good > int64(len(data)) || (sc.end == endClean) != (sc.good == int64(len(data)))) {
+			t.Fatalf("good offset %d of %d bytes, end %v", sc.good, len(data), sc.end)
+		}
+		if next := nextGoodRecord(data, 0, 1<<20); next > int64(len(data)) {
+			t.Fatalf("next good record at %d past %d bytes", next, len(data))
 		}
 	})
 }

@@ -92,14 +92,16 @@ func (s *Store) create(name string, m meta, exclusive bool) (*object, error) {
 		}
 		return old, nil
 	}
-	s.used.Add(o.bytes - predicted)
 	r := &record{op: opCreate, name: name, meta: m}
 	pos, err := s.logRecord(r)
+	if err != nil {
+		s.mu.Unlock()
+		s.used.Add(-predicted)
+		return nil, err
+	}
+	s.used.Add(o.bytes - predicted)
 	o.lsn = r.lsn
 	s.keys[name] = o
 	s.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
 	return o, s.waitDurable(pos)
 }

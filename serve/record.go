@@ -5,10 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"math"
 
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/crc32c"
 )
 
 // Log records and snapshot entries share one encoding, little-endian:
@@ -20,6 +20,7 @@ import (
 //	opCreate  meta
 //	opAdd     u32 n | n × u64 key hash (filter.Hash, the filter's seed)
 //	opRemove  u32 n | n × u64 key hash
+//	opAddNX   u32 n | n × u64 key hash
 //	opDel     (empty)
 //	opPut     meta | u64 card | u64 deletes | the filter (its WriteTo format)
 //
@@ -28,23 +29,34 @@ import (
 //	u8 kind | Bloom:  u64 capacity | f64 error rate | u32 expansion | u8 non-scaling
 //	        | cuckoo: u64 capacity | u32 bucket size | u32 max iterations | u32 expansion | u8 no-expansion
 //
-// In the log each record is framed as u64 payload length | u32 CRC-32C of
-// the payload | payload.
+// In the log each record is framed (see logformat.go) as
+//
+//	u64 payload length | u32 CRC-32C of the payload | u32 CRC-32C of the 12 bytes before it | payload
+//
+// Replay applies a record with the same rules as the command that wrote it,
+// and those rules are deterministic (a cuckoo insert that failed fails again
+// on the same table), so a record says what a command tried, not only what
+// it changed: opAdd lists the hashes a command tried to add (a Bloom filter
+// skips those it already holds, a cuckoo filter inserts each, and one that
+// does not fit fails as it did), opAddNX the same with CF.ADDNX's rule (a
+// hash the filter may hold is skipped), opRemove the hashes to remove.
+//
+// New ops take new numbers; a reader that meets an op it does not know
+// reports the record as malformed, never skips it.
 const (
 	opCreate byte = 1
 	opAdd    byte = 2
 	opRemove byte = 3
 	opDel    byte = 4
 	opPut    byte = 5
+	opAddNX  byte = 6
 )
 
-// recordHeaderLen is the frame header: length and checksum.
-const recordHeaderLen = 12
+// recordHeaderLen is the frame header: length and two checksums.
+const recordHeaderLen = 16
 
 // errBadRecord reports a record that does not decode.
 var errBadRecord = errors.New("serve: malformed record")
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 type record struct {
 	lsn    uint64
@@ -64,7 +76,8 @@ func (r *record) appendFrame(dst []byte) []byte {
 	dst = r.appendPayload(dst)
 	payload := dst[start+recordHeaderLen:]
 	binary.LittleEndian.PutUint64(dst[start:], uint64(len(payload)))
-	binary.LittleEndian.PutUint32(dst[start+8:], crc32.Checksum(payload, castagnoli))
+	binary.LittleEndian.PutUint32(dst[start+8:], crc32c.Checksum(payload))
+	binary.LittleEndian.PutUint32(dst[start+12:], crc32c.Checksum(dst[start:start+12]))
 	return dst
 }
 
@@ -76,7 +89,7 @@ func (r *record) appendPayload(b []byte) []byte {
 	switch r.op {
 	case opCreate:
 		b = appendMeta(b, r.meta)
-	case opAdd, opRemove:
+	case opAdd, opAddNX, opRemove:
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(r.hashes)))
 		for _, h := range r.hashes {
 			b = binary.LittleEndian.AppendUint64(b, h)
@@ -158,7 +171,7 @@ func decodePayload(b []byte) (*record, error) {
 	switch r.op {
 	case opCreate:
 		r.meta = d.meta()
-	case opAdd, opRemove:
+	case opAdd, opAddNX, opRemove:
 		n := uint64(d.u32())
 		if n > uint64(len(d.b))/8 {
 			return nil, fmt.Errorf("%w: %d hashes in %d bytes", errBadRecord, n, len(d.b))

@@ -35,7 +35,8 @@ type SetConfig struct {
 	Kind string
 	// FPRate is the target false-positive rate. Default: the gate's (0.001).
 	FPRate float64
-	// Capacity sizes the filter. Default: the gate's (1.5 × the table's rows).
+	// Capacity sizes the filter. Default: the gate's ((1 + Headroom) × the
+	// table's estimated rows, Headroom 0.25).
 	Capacity uint64
 	// Normalizer maps keys on every path. Default: bloomgate.Exact.
 	Normalizer bloomgate.Normalizer

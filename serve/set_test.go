@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"github.com/bloomgate/bloomgate/internal/demo"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/serve"
 	"github.com/bloomgate/bloomgate/source/postgres"
 	"github.com/bloomgate/bloomgate/source/sqlite"
@@ -171,26 +171,17 @@ func TestSetNotReadyFailsOpen(t *testing.T) {
 	}
 }
 
-// testDB gives the test a users table in a schema of its own on the
-// PostgreSQL named by BLOOMGATE_POSTGRES_URL (default: the local server),
-// dropped afterwards. Without a server the test skips, unless
-// BLOOMGATE_REQUIRE_SERVICES is set, where it fails.
+// testDB gives the test a users table in a schema of its own on the shared
+// PostgreSQL (testsvc.Postgres), dropped afterwards.
 func testDB(t *testing.T) (demo.PostgresUsers, string) {
 	t.Helper()
-	url := os.Getenv("BLOOMGATE_POSTGRES_URL")
-	if url == "" {
-		url = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
 	ctx := context.Background()
-	pool, err := postgres.Connect(ctx, url)
+	pool, err := postgres.Connect(ctx, testsvc.Postgres(t))
 	if err == nil {
 		err = pool.Ping(ctx)
 	}
 	if err != nil {
-		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") != "" {
-			t.Fatalf("PostgreSQL unreachable and BLOOMGATE_REQUIRE_SERVICES is set: %v", err)
-		}
-		t.Skipf("PostgreSQL unreachable, skipping: %v", err)
+		t.Fatal(err)
 	}
 	var b [6]byte
 	rand.Read(b[:])

@@ -6,33 +6,55 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/bloomgate/bloomgate/internal/atomicfile"
+	"github.com/bloomgate/bloomgate/internal/crc32c"
 )
 
-// Snapshot format (snapshot.bgs in DataDir), little-endian:
+// Snapshot format (snapshot-<seg>.bgs in DataDir, where seg is the first log
+// segment the snapshot does not cover), little-endian:
 //
 //	"BGSNAP01" | u64 next LSN
 //	per key:  u8 1 | u64 entry length | entry (an opPut record payload, see record.go)
 //	end:      u8 0 | u32 CRC-32C of every byte before it
+//
+// Entry tags other than 1 are reserved for new kinds of entry; a reader that
+// meets one it does not know reports the snapshot as corrupt.
+//
+// Two generations are kept: the newest snapshot and the one before it, with
+// every log segment from the older one's on. If the newest is damaged, Open
+// falls back to the older one and replays the log from there, and nothing is
+// lost. While there is only one snapshot, the log is kept from its first
+// segment, which is the fallback. A file named snapshot.bgs (written before
+// generations existed) is read as the oldest generation.
 const (
-	snapshotName  = "snapshot.bgs"
-	snapshotMagic = "BGSNAP01"
+	legacySnapshotName = "snapshot.bgs"
+	snapshotPrefix     = "snapshot-"
+	snapshotSuffix     = ".bgs"
+	snapshotMagic      = "BGSNAP01"
+	// damagedSuffix is added to a snapshot that failed its checks once a
+	// start has fallen back past it, so it is kept for inspection but never
+	// read again.
+	damagedSuffix = ".damaged"
 )
 
+func snapshotFile(seg uint64) string {
+	return fmt.Sprintf("%s%016d%s", snapshotPrefix, seg, snapshotSuffix)
+}
+
 // ErrCorruptSnapshot reports a snapshot that is truncated, malformed or fails
-// its checksum. Open stops rather than serve emptier filters; restore the
-// file from a backup or move it away to start without it (the log alone
-// then holds only what was written since that snapshot).
+// its checksum. Open then falls back to the previous snapshot and the log;
+// when there is nothing to fall back on it stops rather than serve emptier
+// filters (see the check subcommand and docs/operations.md).
 var ErrCorruptSnapshot = errors.New("serve: snapshot is corrupt")
 
-// Snapshot writes every standalone filter to the snapshot file atomically and
-// then deletes the log segments it covers. Writes continue meanwhile: each
-// key is locked only while it is copied. It is a no-op without DataDir.
+// Snapshot writes every standalone filter to a new snapshot file atomically,
+// then deletes the snapshot generations and log segments no longer needed
+// (see the format comment). Writes continue meanwhile: each key is locked
+// only while it is copied. It is a no-op without DataDir.
 func (s *Store) Snapshot() error {
 	if s.aof == nil {
 		return nil
@@ -42,6 +64,10 @@ func (s *Store) Snapshot() error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
+	return s.snapshotLocked()
+}
+
+func (s *Store) snapshotLocked() error {
 	dirty := s.dirty.Load()
 	seg, nextLSN, err := s.aof.rotate()
 	if err != nil {
@@ -53,19 +79,43 @@ func (s *Store) Snapshot() error {
 		objs = append(objs, o)
 	}
 	s.mu.RUnlock()
-	path := filepath.Join(s.cfg.DataDir, snapshotName)
+	path := filepath.Join(s.cfg.DataDir, snapshotFile(seg))
 	if err := atomicfile.Write(path, 0o644, func(w io.Writer) error {
 		return writeSnapshot(w, nextLSN, objs)
 	}); err != nil {
 		return fmt.Errorf("serve: snapshot: %w", err)
 	}
 	s.dirty.Add(-dirty)
-	return s.aof.removeBefore(seg)
+	s.aof.recovered(seg)
+	return s.prune()
+}
+
+// prune deletes the snapshots older than the two newest, and the log
+// segments older than the second newest.
+func (s *Store) prune() error {
+	dir := s.cfg.DataDir
+	gens, err := listNumbered(dir, snapshotPrefix, snapshotSuffix)
+	if err != nil {
+		return err
+	}
+	if len(gens) < 2 {
+		return nil
+	}
+	keep := gens[len(gens)-2]
+	for _, g := range gens[:len(gens)-2] {
+		if err := os.Remove(filepath.Join(dir, snapshotFile(g))); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, legacySnapshotName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return s.aof.removeBefore(keep)
 }
 
 func writeSnapshot(w io.Writer, nextLSN uint64, objs []*object) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
-	crc := crc32.New(castagnoli)
+	crc := crc32c.New()
 	out := io.MultiWriter(bw, crc)
 	hdr := binary.LittleEndian.AppendUint64([]byte(snapshotMagic), nextLSN)
 	if _, err := out.Write(hdr); err != nil {
@@ -119,7 +169,7 @@ func readSnapshot(r io.Reader, size, maxFilter int64) (uint64, []*object, error)
 	fail := func(format string, args ...any) (uint64, []*object, error) {
 		return 0, nil, fmt.Errorf("%w: %s", ErrCorruptSnapshot, fmt.Sprintf(format, args...))
 	}
-	cr := &crcReader{r: bufio.NewReaderSize(r, 1<<16), crc: crc32.New(castagnoli)}
+	cr := &crcReader{r: bufio.NewReaderSize(r, 1<<16), crc: crc32c.New()}
 	var hdr [16]byte
 	if _, err := io.ReadFull(cr, hdr[:]); err != nil || string(hdr[:8]) != snapshotMagic {
 		return fail("bad header")
@@ -179,7 +229,30 @@ func readSnapshot(r io.Reader, size, maxFilter int64) (uint64, []*object, error)
 	return nextLSN, objs, nil
 }
 
-// recover loads the snapshot, replays the log and opens a new segment.
+// snapshotGen is one snapshot file: it covers the log before segment seg.
+type snapshotGen struct {
+	name string
+	seg  uint64
+}
+
+// snapshotGens lists the snapshots in dir, newest first.
+func snapshotGens(dir string) ([]snapshotGen, error) {
+	nums, err := listNumbered(dir, snapshotPrefix, snapshotSuffix)
+	if err != nil {
+		return nil, err
+	}
+	var gens []snapshotGen
+	for i := len(nums) - 1; i >= 0; i-- {
+		gens = append(gens, snapshotGen{snapshotFile(nums[i]), nums[i]})
+	}
+	if _, err := os.Stat(filepath.Join(dir, legacySnapshotName)); err == nil {
+		gens = append(gens, snapshotGen{legacySnapshotName, 0})
+	}
+	return gens, nil
+}
+
+// recover loads the newest good snapshot, replays the log from it and opens
+// a new segment.
 func (s *Store) recover() error {
 	dir := s.cfg.DataDir
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -190,16 +263,23 @@ func (s *Store) recover() error {
 		return err
 	}
 	s.lock = lock
-	nextLSN, err := s.loadSnapshot()
-	if err != nil {
-		return err
-	}
 	segs, err := listSegments(dir)
 	if err != nil {
 		return err
 	}
-	for i, seg := range segs {
-		last, err := s.replaySegment(seg, i == len(segs)-1)
+	from, nextLSN, err := s.loadSnapshot(segs)
+	if err != nil {
+		return err
+	}
+	s.snapLSN = nextLSN
+	var replay []uint64
+	for _, seg := range segs {
+		if seg >= from {
+			replay = append(replay, seg)
+		}
+	}
+	for i, seg := range replay {
+		last, err := s.replaySegment(seg, i == len(replay)-1, len(replay)-1-i)
 		if err != nil {
 			return err
 		}
@@ -209,40 +289,99 @@ func (s *Store) recover() error {
 	if len(segs) > 0 {
 		next = segs[len(segs)-1] + 1
 	}
-	s.aof, err = openLog(dir, next, nextLSN)
+	fs := s.cfg.fs
+	if fs == nil {
+		fs = osFS{}
+	}
+	s.aof, err = openLog(dir, fs, next, nextLSN)
 	return err
 }
 
-func (s *Store) loadSnapshot() (uint64, error) {
-	path := filepath.Join(s.cfg.DataDir, snapshotName)
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return 1, nil
-	}
+// loadSnapshot loads the newest snapshot that reads back whole and returns
+// the first segment to replay and the snapshot's next LSN. A damaged
+// snapshot is skipped for the one before it (and renamed with
+// damagedSuffix) only when the log reaches back to that one; with none left,
+// the log alone is replayed only when it reaches back to its first segment.
+func (s *Store) loadSnapshot(segs []uint64) (from, nextLSN uint64, err error) {
+	dir := s.cfg.DataDir
+	gens, err := snapshotGens(dir)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
+	}
+	oldest := uint64(1)
+	if len(segs) > 0 {
+		oldest = segs[0]
+	}
+	var damaged []string
+	var firstErr error
+	for _, g := range gens {
+		path := filepath.Join(dir, g.name)
+		nextLSN, objs, err := readSnapshotFile(path, s.cfg.MaxFilterBytes)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("%s: %w", path, err)
+			}
+			s.log.Error("snapshot is damaged; trying the one before it", "path", path, "err", err)
+			damaged = append(damaged, g.name)
+			continue
+		}
+		if len(damaged) > 0 && g.seg < oldest {
+			return 0, 0, s.noFallback(firstErr)
+		}
+		for _, o := range objs {
+			s.keys[o.name] = o
+			s.used.Add(o.bytes)
+		}
+		s.markDamaged(damaged)
+		s.log.Info("snapshot loaded", "keys", len(objs), "path", path)
+		if len(damaged) > 0 {
+			s.log.Warn("started from an older snapshot and the log since it; nothing is lost", "path", path, "damaged", damaged)
+		}
+		return g.seg, nextLSN, nil
+	}
+	if len(damaged) > 0 {
+		if oldest != 1 {
+			return 0, 0, s.noFallback(firstErr)
+		}
+		s.markDamaged(damaged)
+		s.log.Warn("every snapshot is damaged; replaying the whole log, which reaches back to the first write", "damaged", damaged)
+	}
+	return 0, 1, nil
+}
+
+func (s *Store) noFallback(err error) error {
+	return fmt.Errorf("%w; the log does not reach back far enough to start without it: restore the data directory from a backup, "+
+		"or run `bloomgate serve check -data DIR` to see what starting without it would lose and `bloomgate serve check -repair -data DIR` to do so (the snapshot is kept)", err)
+}
+
+// markDamaged renames damaged snapshots out of the way once a start has
+// fallen back past them.
+func (s *Store) markDamaged(names []string) {
+	for _, name := range names {
+		path := filepath.Join(s.cfg.DataDir, name)
+		if err := os.Rename(path, path+damagedSuffix); err != nil {
+			s.log.Error("cannot rename a damaged snapshot", "path", path, "err", err)
+		}
+	}
+}
+
+func readSnapshotFile(path string, maxFilter int64) (uint64, []*object, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, nil, err
 	}
 	defer f.Close()
 	size, err := fileSize(f)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	nextLSN, objs, err := readSnapshot(f, size, s.cfg.MaxFilterBytes)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w; restore it from a backup, or move it away to start from the log alone (which holds only the writes since that snapshot)", path, err)
-	}
-	for _, o := range objs {
-		s.keys[o.name] = o
-		s.used.Add(o.bytes)
-	}
-	s.log.Info("snapshot loaded", "keys", len(objs), "path", path)
-	return nextLSN, nil
+	return readSnapshot(f, size, maxFilter)
 }
 
 // replaySegment applies a log segment and returns the last LSN in it. A
 // torn record at the end of the last segment is truncated with a warning;
-// anywhere else it stops the start.
-func (s *Store) replaySegment(seg uint64, last bool) (uint64, error) {
+// any other damage stops the start with a *LogDamageError.
+func (s *Store) replaySegment(seg uint64, last bool, after int) (uint64, error) {
 	path := filepath.Join(s.cfg.DataDir, segmentName(seg))
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -253,27 +392,35 @@ func (s *Store) replaySegment(seg uint64, last bool) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	var lastLSN uint64
-	good, err := readRecords(bufio.NewReaderSize(f, 1<<16), size, s.cfg.MaxFilterBytes+1<<20, func(r *record) error {
-		lastLSN = r.lsn
-		return s.apply(r)
-	})
-	if errors.Is(err, errTornRecord) && last {
-		s.log.Warn("log ends with a torn or damaged record; truncating it (it was never acknowledged)",
-			"path", path, "offset", good, "dropped_bytes", size-good, "err", err)
-		if terr := f.Truncate(good); terr != nil {
-			return 0, terr
-		}
-		return lastLSN, f.Sync()
-	}
+	sc, err := readSegment(f, size, s.maxRecord(), s.apply)
 	if err != nil {
 		return 0, fmt.Errorf("serve: replaying %s: %w", path, err)
 	}
-	return lastLSN, nil
+	switch {
+	case sc.end == endTorn && last:
+		s.log.Warn("the log ends with an incomplete record, cut short while it was written; truncating it",
+			"path", path, "offset", sc.good, "dropped_bytes", size-sc.good, "why", sc.reason)
+		if err := f.Truncate(sc.good); err != nil {
+			return 0, err
+		}
+		if err := f.Sync(); err != nil {
+			return 0, err
+		}
+	case sc.end != endClean:
+		return 0, &LogDamageError{Path: path, Offset: sc.good, Size: size, Reason: sc.reason, LastGood: sc.lastLSN, NextFiles: after}
+	}
+	return sc.lastLSN, nil
 }
 
-// apply replays one record, skipping it when the key already reflects it.
+// maxRecord bounds a log record's payload.
+func (s *Store) maxRecord() int64 { return s.cfg.MaxFilterBytes + 1<<20 }
+
+// apply replays one record, skipping it when the snapshot or the key already
+// reflects it.
 func (s *Store) apply(r *record) error {
+	if r.lsn < s.snapLSN {
+		return nil
+	}
 	o := s.keys[r.name]
 	if o != nil && o.lsn >= r.lsn {
 		return nil
@@ -305,34 +452,29 @@ func (s *Store) apply(r *record) error {
 			delete(s.keys, r.name)
 			s.used.Add(-o.bytes)
 		}
-	case opAdd, opRemove:
+	case opAdd, opAddNX, opRemove:
 		if o == nil {
 			return nil
 		}
-		o.replayHashes(r, s.log)
+		o.applyHashes(r.op, r.hashes)
 		o.lsn = r.lsn
 		s.remeasure(o)
 	}
 	return nil
 }
 
-func (o *object) replayHashes(r *record, log interface{ Warn(string, ...any) }) {
-	for _, h := range r.hashes {
+// applyHashes applies an opAdd, opAddNX or opRemove record's hashes with
+// the rules the commands use (see record.go). Call with o.mu held, or during
+// replay.
+func (o *object) applyHashes(op byte, hashes []uint64) {
+	for _, h := range hashes {
 		switch {
 		case o.bf != nil:
-			if !o.bf.MayContainHash(h) && o.bf.AddHash(h) == nil {
-				o.card.Add(1)
-			}
-		case r.op == opAdd:
-			if err := o.cf.AddHash(h); err != nil {
-				log.Warn("replay: cuckoo insert failed", "key", o.name, "err", err)
-				continue
-			}
-			o.card.Add(1)
+			o.bloomAddHash(h)
+		case op == opRemove:
+			o.cuckooRemoveHash(h)
 		default:
-			if o.cf.RemoveHash(h) == nil {
-				o.deletes.Add(1)
-			}
+			o.cuckooAddHash(h, op == opAddNX)
 		}
 	}
 }

@@ -68,6 +68,8 @@ type Config struct {
 	// and CF.INSERT. Default: RedisBloom's: capacity 1024, bucket size 2,
 	// 20 max iterations, expansion 1.
 	CuckooDefaults CuckooParams
+
+	fs logFS // creates log segments; nil: the operating system's files
 }
 
 const (
@@ -89,6 +91,7 @@ type Store struct {
 	loads map[string]*pendingLoad
 
 	used    atomic.Int64 // bytes held by standalone filters and pending loads
+	snapLSN uint64       // during recover: records below it are in the snapshot
 	dirty   atomic.Uint64
 	closed  atomic.Bool
 	snapMu  sync.Mutex // one snapshot at a time
@@ -159,11 +162,14 @@ type object struct {
 var ErrDataDirLocked = errors.New("serve: data directory locked")
 
 // Open locks cfg.DataDir (ErrDataDirLocked if another Store holds it), loads
-// the snapshot and replays the log from it, declares the
+// the newest snapshot and replays the log from it, declares the
 // table-backed sets and starts their gates and the background snapshots.
-// A snapshot that fails its checksum stops Open with an error wrapping
-// ErrCorruptSnapshot; a torn record at the end of the log is truncated with a
-// logged warning.
+// A damaged snapshot is passed over for the one before it (the log since that
+// one is kept, so nothing is lost); when there is nothing to fall back on,
+// Open stops with an error wrapping ErrCorruptSnapshot. A record cut short at
+// the very end of the log (a crash while it was written) is truncated with a
+// logged warning; any other damage to the log stops Open with a
+// *LogDamageError (wrapping ErrLogDamaged) naming the file and offset.
 func Open(cfg Config) (*Store, error) {
 	if err := fillDefaults(&cfg); err != nil {
 		return nil, err
@@ -259,7 +265,9 @@ func (s *Store) background() {
 			}
 		}
 		due := s.dirty.Load() > 0 && time.Since(last) >= s.cfg.SnapshotInterval
-		if due || s.aof.sizeSinceRotate() >= s.cfg.SnapshotLogBytes {
+		// After a failed fsync only a snapshot makes writes possible again.
+		failed := s.aof.failure() != nil
+		if due || failed || s.aof.sizeSinceRotate() >= s.cfg.SnapshotLogBytes {
 			if err := s.Snapshot(); err != nil {
 				s.log.Error("snapshot failed", "err", err)
 			}
@@ -270,6 +278,10 @@ func (s *Store) background() {
 
 // Close writes a final snapshot (with DataDir), stops the gates and closes
 // the log. Further writes fail with ErrClosed. Close is idempotent.
+//
+// A final snapshot that fails (a full disk) is logged, not returned: the log
+// holds every acknowledged write and is replayed at the next start. Close
+// returns an error only when the log itself cannot be synced and closed.
 func (s *Store) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
@@ -278,7 +290,9 @@ func (s *Store) Close() error {
 	}
 	var err error
 	if s.aof != nil {
-		err = s.Snapshot()
+		if serr := s.Snapshot(); serr != nil {
+			s.log.Error("final snapshot failed; the log holds every acknowledged write and is replayed at the next start", "err", serr)
+		}
 	}
 	s.closed.Store(true)
 	close(s.stop)
@@ -405,10 +419,12 @@ func (s *Store) del(name string) (bool, error) {
 		return false, nil
 	}
 	o.mu.Lock()
-	delete(s.keys, name)
-	o.dead = true
-	s.used.Add(-o.bytes)
 	pos, err := s.logRecord(&record{op: opDel, name: name})
+	if err == nil {
+		delete(s.keys, name)
+		o.dead = true
+		s.used.Add(-o.bytes)
+	}
 	o.mu.Unlock()
 	s.mu.Unlock()
 	if err != nil {
@@ -441,8 +457,9 @@ func (s *Store) DBSize() int {
 }
 
 // logRecord appends r to the log (when there is one), stamps its LSN and
-// returns the log position to wait for. Call with the object's mutex held so
-// that log order is apply order.
+// returns the log position to wait for. Call it before applying r, with the
+// object's mutex held so that log order is apply order; on error apply
+// nothing.
 func (s *Store) logRecord(r *record) (int64, error) {
 	s.dirty.Add(1)
 	if s.aof == nil {

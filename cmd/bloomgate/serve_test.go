@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/sqlite"
 )
 
@@ -29,11 +30,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
+	testsvc.Main(m, func() {
+		if binDir != "" {
+			os.RemoveAll(binDir)
+		}
+	})
 }
 
 // buildBinary builds the bloomgate command into a temporary directory, once
@@ -250,8 +251,8 @@ func TestServeSIGTERM(t *testing.T) {
 	if err := srv.wait(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v; stderr:\n%s", err, srv.stderr)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "snapshot.bgs")); err != nil {
-		t.Errorf("no snapshot after SIGTERM: %v", err)
+	if snaps, _ := filepath.Glob(filepath.Join(dir, "snapshot-*.bgs")); len(snaps) == 0 {
+		t.Errorf("no snapshot after SIGTERM")
 	}
 	startServe(t, bin, args...)
 	if ok, err := rdb.BFExists(ctx, "k", "a").Result(); !ok || err != nil {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
 
 // natsCluster is a 3-node JetStream cluster of the machine's nats-server,
@@ -36,13 +38,7 @@ func freePort(t testing.TB) int {
 
 func startCluster(t testing.TB) *natsCluster {
 	t.Helper()
-	bin, err := exec.LookPath("nats-server")
-	if err != nil {
-		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") != "" {
-			t.Fatalf("nats-server not found and BLOOMGATE_REQUIRE_SERVICES is set: %v", err)
-		}
-		t.Skipf("nats-server not found, skipping: %v", err)
-	}
+	bin := testsvc.Binary(t, "nats-server")
 	c := &natsCluster{t: t, bin: bin, dir: t.TempDir()}
 	var routes []string
 	cports := make([]int, 3)

@@ -18,6 +18,7 @@ import (
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // ErrFenced reports a publish the stream refused because another feeder
@@ -100,9 +101,9 @@ func (s *Set) NewFeeder(cfg FeederConfig) (*Feeder, error) {
 		host, _ := os.Hostname()
 		cfg.ID = fmt.Sprintf("%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())
 	}
-	setDefault(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
-	setDefault(&cfg.MaxBatch, DefaultMaxBatch)
-	setDefault(&cfg.PublishTimeout, DefaultPublishTimeout)
+	defaults.Set(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
+	defaults.Set(&cfg.MaxBatch, DefaultMaxBatch)
+	defaults.Set(&cfg.PublishTimeout, DefaultPublishTimeout)
 	return &Feeder{s: s, cfg: cfg}, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // Instance errors.
@@ -83,7 +84,7 @@ func (s *Set) NewInstance(cfg InstanceConfig) (*Instance, error) {
 	if cfg.HeadTimeout < 0 {
 		return nil, fmt.Errorf("%w: negative HeadTimeout", ErrInvalidConfig)
 	}
-	setDefault(&cfg.HeadTimeout, DefaultHeadTimeout)
+	defaults.Set(&cfg.HeadTimeout, DefaultHeadTimeout)
 	return &Instance{s: s, cfg: cfg}, nil
 }
 

@@ -172,7 +172,7 @@ func TestScenario(t *testing.T) {
 	pg := fanouttest.NewPG(t, 50000)
 	var b [4]byte
 	crand.Read(b[:])
-	rc := roleConfig{urls: cl.URLs(), set: "t" + hex.EncodeToString(b[:]), pgURL: fanouttest.URL(), table: pg.Table, slot: pg.Schema, identity: "users.email"}
+	rc := roleConfig{urls: cl.URLs(), set: "t" + hex.EncodeToString(b[:]), pgURL: pg.URL, table: pg.Table, slot: pg.Schema, identity: "users.email"}
 
 	nc, err := connect(ctx, rc.urls)
 	if err != nil {

@@ -39,6 +39,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // Config names a set and says how its JetStream assets are made. The zero
@@ -99,10 +100,10 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 	if cfg.Replicas < 0 || cfg.MaxAge < 0 || cfg.Duplicates < 0 || cfg.LeaseTTL < 0 {
 		return nil, fmt.Errorf("%w: negative Replicas or duration", ErrInvalidConfig)
 	}
-	setDefault(&cfg.Replicas, DefaultReplicas)
-	setDefault(&cfg.MaxAge, DefaultMaxAge)
-	setDefault(&cfg.Duplicates, DefaultDuplicates)
-	setDefault(&cfg.LeaseTTL, DefaultLeaseTTL)
+	defaults.Set(&cfg.Replicas, DefaultReplicas)
+	defaults.Set(&cfg.MaxAge, DefaultMaxAge)
+	defaults.Set(&cfg.Duplicates, DefaultDuplicates)
+	defaults.Set(&cfg.LeaseTTL, DefaultLeaseTTL)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -154,13 +155,6 @@ func (s *Set) Delete(ctx context.Context) error {
 }
 
 func streamName(set string) string { return "BG_" + set }
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
-}
 
 // startCache maps feed positions to the stream sequence to read next from
 // them, for positions seen recently (snapshot records, message ends), so

@@ -14,6 +14,7 @@ import (
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // FeederConfig configures a Feeder. The zero value of every field but
@@ -74,8 +75,8 @@ func (s *Set) NewFeeder(cfg FeederConfig) (*Feeder, error) {
 		host, _ := os.Hostname()
 		cfg.ID = fmt.Sprintf("%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())
 	}
-	setDefault(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
-	setDefault(&cfg.MaxBatch, DefaultMaxBatch)
+	defaults.Set(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
+	defaults.Set(&cfg.MaxBatch, DefaultMaxBatch)
 	return &Feeder{s: s, cfg: cfg}, nil
 }
 

@@ -50,6 +50,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
 // Config names a set. The zero value of every field but Client and Set
@@ -112,10 +113,10 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 	if cfg.MaxLen < 0 || cfg.LeaseTTL < 0 || cfg.WaitReplicas < 0 || cfg.WaitTimeout < 0 || cfg.ChunkSize < 0 {
 		return nil, fmt.Errorf("%w: negative field", ErrInvalidConfig)
 	}
-	setDefault(&cfg.MaxLen, DefaultMaxLen)
-	setDefault(&cfg.LeaseTTL, DefaultLeaseTTL)
-	setDefault(&cfg.WaitTimeout, DefaultWaitTimeout)
-	setDefault(&cfg.ChunkSize, DefaultChunkSize)
+	defaults.Set(&cfg.MaxLen, DefaultMaxLen)
+	defaults.Set(&cfg.LeaseTTL, DefaultLeaseTTL)
+	defaults.Set(&cfg.WaitTimeout, DefaultWaitTimeout)
+	defaults.Set(&cfg.ChunkSize, DefaultChunkSize)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -144,13 +145,6 @@ func (s *Set) Delete(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
 }
 
 // entryID is the stream ID of a batch ending at pos.

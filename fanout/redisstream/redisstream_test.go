@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/bloomgate/bloomgate/fanout"
 	"github.com/bloomgate/bloomgate/fanout/redisstream"
 	"github.com/bloomgate/bloomgate/internal/fanouttest"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
 
 const (
@@ -26,26 +26,18 @@ const (
 	testHeartbeat = 100 * time.Millisecond
 )
 
-// openSet opens a set with a random name on the test Redis
-// (BLOOMGATE_REDIS_ADDR, default 127.0.0.1:6379) and deletes its keys
-// afterwards.
+// openSet opens a set with a random name on the shared Redis
+// (testsvc.Redis) and deletes its keys afterwards.
 func openSet(t *testing.T) (*redisstream.Set, *redis.Client, string) {
 	t.Helper()
-	addr := os.Getenv("BLOOMGATE_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	c := redis.NewClient(&redis.Options{Addr: testsvc.Redis(t)})
 	t.Cleanup(func() { c.Close() })
 	var b [4]byte
 	crand.Read(b[:])
 	name := "t" + hex.EncodeToString(b[:])
 	set, err := redisstream.Open(context.Background(), redisstream.Config{Client: c, Set: name, LeaseTTL: time.Second})
 	if err != nil {
-		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") != "" {
-			t.Fatalf("Redis unreachable and BLOOMGATE_REQUIRE_SERVICES is set: %v", err)
-		}
-		t.Skipf("Redis unreachable, skipping: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { set.Delete(context.Background()) })
 	return set, c, name

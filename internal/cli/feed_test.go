@@ -6,30 +6,24 @@ import (
 	"encoding/hex"
 	"errors"
 	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
-// testPostgres returns the URL of the test server and a fresh schema name,
-// dropped afterwards with the publication and role named after it. Without
-// a server the test skips, unless BLOOMGATE_REQUIRE_SERVICES is set.
+// testPostgres returns the URL of a fresh database on the test binary's
+// private cluster with wal_level=logical, and a fresh name; the publication
+// and role named after it are dropped afterwards.
 func testPostgres(t *testing.T) (url, name string, exec func(string)) {
 	t.Helper()
-	url = os.Getenv("BLOOMGATE_POSTGRES_URL")
-	if url == "" {
-		url = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
+	url = testsvc.LogicalPostgres(t).DSN
 	ctx := context.Background()
 	pool, err := postgres.Connect(ctx, url)
 	if err != nil {
-		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") != "" {
-			t.Fatalf("PostgreSQL unreachable and BLOOMGATE_REQUIRE_SERVICES is set: %v", err)
-		}
-		t.Skipf("PostgreSQL unreachable, skipping: %v", err)
+		t.Fatal(err)
 	}
 	var b [6]byte
 	rand.Read(b[:])

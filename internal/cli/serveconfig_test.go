@@ -45,25 +45,25 @@ func TestParseServeFile(t *testing.T) {
 	}
 }
 
-// TestREADMEConfig parses the config example in the README.
-func TestREADMEConfig(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// TestDocsConfig parses the config example in docs/serve.md.
+func TestDocsConfig(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/serve.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(readme), "### Config file")
+	_, rest, ok := strings.Cut(string(doc), "## Config file")
 	if !ok {
-		t.Fatal("README has no config file section")
+		t.Fatal("docs/serve.md has no config file section")
 	}
 	_, rest, _ = strings.Cut(rest, "```\n")
 	block, _, _ := strings.Cut(rest, "```")
 	f, err := parseServeFile(strings.NewReader(block))
 	if err != nil {
-		t.Fatalf("README config: %v", err)
+		t.Fatalf("docs/serve.md config: %v", err)
 	}
 	if f.Password != "s3cret" || f.Fsync != "everysec" || len(f.Sets) != 1 || f.Sets[0].Postgres == "" ||
 		f.Sets[0].Confirm != "SELECT 1 FROM users WHERE email = lower(trim($1))" || f.Sets[0].Query != "SELECT email FROM users" {
-		t.Errorf("README config parsed as %+v", f)
+		t.Errorf("docs/serve.md config parsed as %+v", f)
 	}
 }
 

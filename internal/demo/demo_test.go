@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
 
 func checkResult(t *testing.T, r *Result, cfg Config) {
@@ -53,17 +54,11 @@ func TestDemoSQLite(t *testing.T) {
 }
 
 func TestDemoPostgres(t *testing.T) {
-	url := os.Getenv("BLOOMGATE_POSTGRES_URL")
-	if url == "" {
-		url = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
+	url := testsvc.Postgres(t)
 	cfg := Config{Users: 5000, Duration: 300 * time.Millisecond, FPRate: 0.01, Postgres: url, MissRatio: 0.5,
 		Table: fmt.Sprintf("bloomgate_demo_test_%d", time.Now().UnixNano())}
 	r, err := Run(context.Background(), cfg)
 	if err != nil {
-		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") == "" && strings.Contains(err.Error(), "connect") {
-			t.Skipf("PostgreSQL unreachable, skipping: %v", err)
-		}
 		t.Fatal(err)
 	}
 	cfg.fill()

@@ -1,5 +1,7 @@
 // Package fanouttest holds what the fan-out adapters' tests share: a
-// PostgreSQL table with a publication, dropped with its slots afterwards.
+// PostgreSQL table with a publication in a fresh database of the test
+// binary's private cluster with wal_level=logical (testsvc.LogicalPostgres),
+// dropped with its slots afterwards.
 package fanouttest
 
 import (
@@ -7,19 +9,20 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
-// PG is a table with a publication in its own schema on the test
-// PostgreSQL; the schema, publication and every slot named after it are
-// dropped when the test ends.
+// PG is a table with a publication in its own schema and database; the
+// database, slots and all, is dropped when the test ends.
 type PG struct {
+	// URL is the connection string of the database.
+	URL           string
 	Schema, Table string
 	// Insert commits one row and returns the WAL position after the commit:
 	// the writer's read-your-writes token.
@@ -31,7 +34,7 @@ type PG struct {
 // Feed returns a change feed of the table through the fixture's slot.
 func (fx *PG) Feed(t testing.TB) *postgres.Feed {
 	t.Helper()
-	f, err := postgres.NewFeed(postgres.FeedConfig{ConnString: URL(), Table: fx.Table, Column: "email",
+	f, err := postgres.NewFeed(postgres.FeedConfig{ConnString: fx.URL, Table: fx.Table, Column: "email",
 		Slot: fx.Schema, Publication: fx.Schema, StatusInterval: 100 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -40,52 +43,22 @@ func (fx *PG) Feed(t testing.TB) *postgres.Feed {
 	return f
 }
 
-// URL is the test PostgreSQL: BLOOMGATE_POSTGRES_URL, or the local default.
-func URL() string {
-	if u := os.Getenv("BLOOMGATE_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-}
-
-// NewPG creates the table with preRows rows. It skips the test when
-// PostgreSQL is unreachable, unless BLOOMGATE_REQUIRE_SERVICES is set.
+// NewPG creates the table with preRows rows. Without the PostgreSQL server
+// binaries the test skips, or fails under BLOOMGATE_REQUIRE_SERVICES=1. The
+// test package's TestMain must call testsvc.Main.
 func NewPG(t testing.TB, preRows int) *PG {
 	t.Helper()
+	url := testsvc.LogicalPostgres(t).DSN
 	ctx := context.Background()
-	pool, err := postgres.Connect(ctx, URL())
+	pool, err := postgres.Connect(ctx, url)
 	if err != nil {
-		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") != "" {
-			t.Fatalf("PostgreSQL unreachable and BLOOMGATE_REQUIRE_SERVICES is set: %v", err)
-		}
-		t.Skipf("PostgreSQL unreachable, skipping: %v", err)
+		t.Fatal(err)
 	}
 	var b [6]byte
 	crand.Read(b[:])
 	schema := "bg_fanout_" + hex.EncodeToString(b[:])
-	fx := &PG{Schema: schema, Table: schema + ".users"}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		for range 100 {
-			var left int
-			pool.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name LIKE $1 || '%' AND active_pid IS NOT NULL", schema)
-			pool.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE $1 || '%' AND NOT active", schema)
-			if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1 || '%'", schema).Scan(&left); err == nil && left == 0 {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+schema)
-		pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-		pool.Close()
-	})
-	var level string
-	if err := pool.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
-		t.Fatal(err)
-	}
-	if level != "logical" {
-		t.Fatalf("wal_level is %q; the change feed needs logical (.ci/run sets it)", level)
-	}
+	fx := &PG{URL: url, Schema: schema, Table: schema + ".users"}
+	t.Cleanup(pool.Close)
 	for _, q := range []string{
 		"CREATE SCHEMA " + schema,
 		"CREATE TABLE " + fx.Table + " (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text UNIQUE)",

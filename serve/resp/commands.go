@@ -124,10 +124,15 @@ func (c *conn) arityError(name string) {
 	c.w.errorMsg("ERR wrong number of arguments for '" + name + "' command")
 }
 
-// reply writes err's RESP text.
+// replyErr writes err's RESP text: a *serve.Error's Msg, followed by the
+// cause when err wraps one after it (ErrLogWrite: why the log failed).
 func (c *conn) replyErr(err error) {
 	var se *serve.Error
 	if errors.As(err, &se) {
+		if full := err.Error(); se == serve.ErrLogWrite && strings.HasPrefix(full, se.Msg) {
+			c.w.errorMsg(full)
+			return
+		}
 		c.w.errorMsg(se.Msg)
 		return
 	}

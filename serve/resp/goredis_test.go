@@ -110,7 +110,7 @@ func goRedisCuckoo(t *testing.T, rdb *redis.Client) {
 		t.Error("CFDel = false")
 	}
 	info := must(rdb.CFInfo(ctx, "cf").Result())(t)
-	if info.NumItemsInserted != 5 || info.NumItemsDeleted != 1 || info.BucketSize != 2 || info.NumFilters != 1 || info.MaxIteration != 20 {
+	if info.NumItemsInserted != 4 || info.NumItemsDeleted != 1 || info.BucketSize != 2 || info.NumFilters != 1 || info.MaxIteration != 20 {
 		t.Errorf("CFInfo = %+v", info)
 	}
 	if must(rdb.CFAddNX(ctx, "cf", "x1").Result())(t) {

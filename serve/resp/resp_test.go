@@ -6,11 +6,10 @@ import (
 	"context"
 	"io"
 	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/serve"
 )
 
@@ -39,19 +38,11 @@ func startServer(t testing.TB, cfg Config, scfg serve.Config) (string, *serve.St
 	return ln.Addr().String(), cfg.Store
 }
 
-// needBinary returns the path of a client program; it fails the test under
-// BLOOMGATE_REQUIRE_SERVICES=1 when the program is missing, and skips it
-// otherwise.
+// needBinary returns the path of a client program (testsvc.Binary: skip
+// when missing, fail in CI).
 func needBinary(t *testing.T, path string) string {
 	t.Helper()
-	p, err := exec.LookPath(path)
-	if err != nil {
-		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") == "1" {
-			t.Fatalf("%s is required (BLOOMGATE_REQUIRE_SERVICES=1): %v", path, err)
-		}
-		t.Skipf("%s not installed: %v", path, err)
-	}
-	return p
+	return testsvc.Binary(t, path)
 }
 
 // rawExchange sends raw bytes and returns everything the server sent until

@@ -15,11 +15,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
 // feedFixture is a users table with its own publication and slot (named
-// after the test's schema), dropped when the test ends, even on failure.
+// after the test's schema); the database holding them is dropped, slots and
+// all, when the test ends, even on failure.
 type feedFixture struct {
 	pool  *pgxpool.Pool
 	table string
@@ -27,17 +29,17 @@ type feedFixture struct {
 	cfg   postgres.FeedConfig
 }
 
+// newFeedFixture makes the fixture in a fresh database of the test binary's
+// private cluster with wal_level=logical.
 func newFeedFixture(t testing.TB, identity string) *feedFixture {
 	t.Helper()
-	pool, schema := testDB(t)
+	return feedFixtureOn(t, testsvc.LogicalPostgres(t).DSN, identity)
+}
+
+func feedFixtureOn(t testing.TB, url, identity string) *feedFixture {
+	t.Helper()
+	pool, schema := schemaOn(t, url)
 	ctx := context.Background()
-	var level string
-	if err := pool.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
-		t.Fatal(err)
-	}
-	if level != "logical" {
-		t.Fatalf("wal_level is %q; the change feed needs logical (.ci/run sets it)", level)
-	}
 	fx := &feedFixture{pool: pool, table: schema + ".users", name: schema}
 	for _, q := range []string{
 		"CREATE TABLE " + fx.table + " (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text UNIQUE, note text)",
@@ -57,19 +59,6 @@ func newFeedFixture(t testing.TB, identity string) *feedFixture {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		for range 100 {
-			var left int
-			pool.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name LIKE $1 || '%' AND active_pid IS NOT NULL", fx.name)
-			pool.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE $1 || '%' AND NOT active", fx.name)
-			if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1 || '%'", fx.name).Scan(&left); err == nil && left == 0 {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+fx.name)
-	})
 	fx.cfg = postgres.FeedConfig{
 		ConnString:     pool.Config().ConnString(),
 		Table:          fx.table,
@@ -747,18 +736,11 @@ func TestFeedSlotStatusAndHealth(t *testing.T) {
 
 // TestFeedSlotInvalidated: a slot past max_slot_wal_keep_size is
 // invalidated at a checkpoint (wal_status = 'lost'); the running Stream ends
-// with ErrSlotLost. The setting is server-wide, so the test skips when
-// slots of other users exist: it would invalidate theirs too.
+// with ErrSlotLost. The setting is server-wide, so the test has a cluster
+// of its own.
 func TestFeedSlotInvalidated(t *testing.T) {
-	fx := newFeedFixture(t, "")
+	fx := feedFixtureOn(t, testsvc.NewPostgres(t, testsvc.PGOptions{}).DSN, "")
 	ctx := context.Background()
-	var others int
-	if err := fx.pool.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name NOT LIKE $1 || '%'", fx.name).Scan(&others); err != nil {
-		t.Fatal(err)
-	}
-	if others > 0 {
-		t.Skipf("%d other replication slots on the server; a tiny max_slot_wal_keep_size could invalidate them", others)
-	}
 	f := fx.feed(t)
 	c := newConsumer()
 	p, err := f.Bootstrap(ctx, c.add)
@@ -768,10 +750,6 @@ func TestFeedSlotInvalidated(t *testing.T) {
 	stop := c.stream(f, p) // never confirms: the slot falls behind
 	defer stop()
 	fx.exec(t, "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
-	t.Cleanup(func() {
-		fx.pool.Exec(context.Background(), "ALTER SYSTEM RESET max_slot_wal_keep_size")
-		fx.pool.Exec(context.Background(), "SELECT pg_reload_conf()")
-	})
 	fx.exec(t, "SELECT pg_reload_conf()")
 	for {
 		st, err := f.SlotStatus(ctx)

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,26 +15,26 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/internal/demo"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
-// testDB connects to the PostgreSQL named by BLOOMGATE_POSTGRES_URL (default:
-// the local server, user postgres, trust auth) and gives the test a schema of
-// its own, dropped afterwards. Without a server the test skips, unless
-// BLOOMGATE_REQUIRE_SERVICES is set (as in CI), where it fails.
+func TestMain(m *testing.M) { testsvc.Main(m) }
+
+// testDB gives the test a schema of its own, dropped afterwards, on the
+// shared PostgreSQL (testsvc.Postgres: the test skips without one, or fails
+// in CI).
 func testDB(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
-	url := os.Getenv("BLOOMGATE_POSTGRES_URL")
-	if url == "" {
-		url = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
+	return schemaOn(t, testsvc.Postgres(t))
+}
+
+func schemaOn(t testing.TB, url string) (*pgxpool.Pool, string) {
+	t.Helper()
 	ctx := context.Background()
 	pool, err := postgres.Connect(ctx, url)
 	if err != nil {
-		if os.Getenv("BLOOMGATE_REQUIRE_SERVICES") != "" {
-			t.Fatalf("PostgreSQL unreachable and BLOOMGATE_REQUIRE_SERVICES is set: %v", err)
-		}
-		t.Skipf("PostgreSQL unreachable, skipping: %v", err)
+		t.Fatal(err)
 	}
 	var b [6]byte
 	rand.Read(b[:])

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
@@ -26,7 +27,7 @@ type setupFixture struct {
 
 func newSetupFixture(t *testing.T, create string) *setupFixture {
 	t.Helper()
-	pool, schema := testDB(t)
+	pool, schema := schemaOn(t, testsvc.LogicalPostgres(t).DSN)
 	fx := &setupFixture{pool: pool, schema: schema, table: schema + ".users", role: schema + "_feed"}
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+fx.table+" "+create); err != nil {

@@ -201,7 +201,7 @@ func TestStressNoFalseNegatives(t *testing.T) {
 			wg.Wait()
 			s := g.Stats()
 			t.Logf("%s: %d lookups of committed keys checked, %d false negatives; %d inserts (+%d rolled back), %d removes applied of %d, %d rebuilds, %d COPY backends killed, state %v",
-				kind.name, checked.Load(), fn.Load(), inserted.Load(), rolledBack.Load(), removesApplied.Load(), s.UnhonouredRemoves+uint64(removesApplied.Load()), builds.Load(), kills.Load(), s.State)
+				kind.name, checked.Load(), fn.Load(), inserted.Load(), rolledBack.Load(), removesApplied.Load(), s.UnappliedRemoves+uint64(removesApplied.Load()), builds.Load(), kills.Load(), s.State)
 			if kind.removes && removesApplied.Load() == 0 {
 				t.Error("no remove was applied: the test did not exercise removes")
 			}

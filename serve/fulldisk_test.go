@@ -1,0 +1,193 @@
+package serve
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"testing"
+)
+
+// faultFS creates real segment files whose writes fail with ENOSPC while
+// full is set, after writing part of the record (as a disk that fills up in
+// the middle of a write does), and whose fsyncs fail with EIO while
+// syncFails is set.
+type faultFS struct {
+	full, syncFails atomic.Bool
+}
+
+type faultFile struct {
+	*os.File
+	fs *faultFS
+}
+
+func (fs *faultFS) create(path string) (logFile, error) {
+	f, err := osFS{}.create(path)
+	if err != nil {
+		return nil, err
+	}
+	return &faultFile{f.(*os.File), fs}, nil
+}
+
+func (f *faultFile) Write(p []byte) (int, error) {
+	if f.fs.full.Load() {
+		n, _ := f.File.Write(p[:len(p)/2])
+		return n, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
+	}
+	return f.File.Write(p)
+}
+
+func (f *faultFile) Sync() error {
+	if f.fs.syncFails.Load() {
+		return &os.PathError{Op: "sync", Path: f.Name(), Err: syscall.EIO}
+	}
+	return f.File.Sync()
+}
+
+// writeOps runs one of each write command on keys named after round and
+// returns the first error.
+func writeOps(s *Store, round int) error {
+	item := [][]byte{fmt.Appendf(nil, "item-%d", round)}
+	if _, _, err := s.BFAdd("bf", item, BloomParams{}, false); err != nil {
+		return fmt.Errorf("BFAdd: %w", err)
+	}
+	if _, _, err := s.CFAdd("cf", item, CuckooParams{}, false, false); err != nil {
+		return fmt.Errorf("CFAdd: %w", err)
+	}
+	if _, _, err := s.CFAdd("cfnx", item, CuckooParams{}, false, true); err != nil {
+		return fmt.Errorf("CFAdd nx: %w", err)
+	}
+	if err := s.BFReserve(fmt.Sprint("res-bf-", round), BloomParams{Capacity: 10, ErrorRate: 0.01}); err != nil {
+		return fmt.Errorf("BFReserve: %w", err)
+	}
+	if err := s.CFReserve(fmt.Sprint("res-cf-", round), CuckooParams{Capacity: 10}); err != nil {
+		return fmt.Errorf("CFReserve: %w", err)
+	}
+	return nil
+}
+
+// TestFullDisk: while the log cannot be written, every write command fails
+// with ErrLogWrite and changes nothing in memory (a retry is not answered
+// "already there"); a delete deletes nothing; once there is room again,
+// writes succeed without a restart; after a crash every acknowledged write
+// is there and none of the refused ones.
+func TestFullDisk(t *testing.T) {
+	for _, fsync := range []Fsync{FsyncAlways, FsyncEverySec} {
+		t.Run(string(fsync), func(t *testing.T) {
+			dir := t.TempDir()
+			fs := &faultFS{}
+			cfg := Config{DataDir: dir, Fsync: fsync, fs: fs}
+			s, err := Open(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for round := range 3 {
+				if err := writeOps(s, round); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fs.full.Store(true)
+			for range 2 { // the retry must fail the same way
+				err := writeOps(s, 100)
+				if !errors.Is(err, ErrLogWrite) || !errors.Is(err, syscall.ENOSPC) {
+					t.Fatalf("write on a full disk: %v, want ErrLogWrite wrapping ENOSPC", err)
+				}
+				if _, _, err := s.CFAdd("cfnx", [][]byte{[]byte("item-100")}, CuckooParams{}, false, true); !errors.Is(err, ErrLogWrite) {
+					t.Fatalf("CF.ADDNX on a full disk: %v", err)
+				}
+				if n, err := s.Del([]string{"res-bf-0"}); n != 0 || !errors.Is(err, ErrLogWrite) {
+					t.Fatalf("Del on a full disk: %d, %v", n, err)
+				}
+				if ok, err := s.CFDel("cf", []byte("item-0")); ok || !errors.Is(err, ErrLogWrite) {
+					t.Fatalf("CFDel on a full disk: %v, %v", ok, err)
+				}
+			}
+			refusedAbsent := func(s *Store, when string) {
+				t.Helper()
+				item := [][]byte{[]byte("item-100")}
+				if s.BFExists("bf", item)[0] || s.CFExists("cf", item)[0] {
+					t.Errorf("%s: a refused add is in memory", when)
+				}
+				if s.Type("res-bf-100") != KindNone || s.Type("res-cf-100") != KindNone {
+					t.Errorf("%s: a refused reserve created its key", when)
+				}
+			}
+			refusedAbsent(s, "on the full disk")
+			if s.Type("res-bf-0") != KindBloom || !s.CFExists("cf", [][]byte{[]byte("item-0")})[0] {
+				t.Error("a refused delete deleted")
+			}
+			if info, _ := s.CFInfo("cf"); info.Inserted != 3 || info.Deleted != 0 {
+				t.Errorf("CFInfo after refused writes: %+v", info)
+			}
+
+			fs.full.Store(false)
+			for round := 3; round < 6; round++ {
+				if err := writeOps(s, round); err != nil {
+					t.Fatalf("write once there is room again: %v", err)
+				}
+			}
+			if added, _, err := s.BFAdd("bf", [][]byte{[]byte("item-100")}, BloomParams{}, false); err != nil || !added[0] {
+				t.Fatalf("retry of a refused BF.ADD once there is room: %v, %v; want added", added, err)
+			}
+			crash(s)
+
+			r := openStore(t, Config{DataDir: dir})
+			for round := range 6 {
+				item := [][]byte{fmt.Appendf(nil, "item-%d", round)}
+				if !r.BFExists("bf", item)[0] || !r.CFExists("cf", item)[0] || !r.CFExists("cfnx", item)[0] {
+					t.Errorf("acknowledged add of round %d lost", round)
+				}
+				if r.Type(fmt.Sprint("res-bf-", round)) != KindBloom || r.Type(fmt.Sprint("res-cf-", round)) != KindCuckoo {
+					t.Errorf("acknowledged reserve of round %d lost", round)
+				}
+			}
+			if !r.BFExists("bf", [][]byte{[]byte("item-100")})[0] {
+				t.Error("the acknowledged retry is lost")
+			}
+			if r.CFExists("cf", [][]byte{[]byte("item-100")})[0] || r.Type("res-bf-100") != KindNone {
+				t.Error("a refused write came back after the restart")
+			}
+			if info, _ := r.CFInfo("cf"); info.Inserted != 6 {
+				t.Errorf("CFInfo after restart: %+v, want 6 inserted", info)
+			}
+		})
+	}
+}
+
+// TestFsyncFailure: after a failed fsync, writes are refused (nothing since
+// the last good fsync is known to be on disk) until a snapshot holds
+// everything; then they resume, and nothing acknowledged is lost.
+func TestFsyncFailure(t *testing.T) {
+	dir := t.TempDir()
+	fs := &faultFS{}
+	s, err := Open(Config{DataDir: dir, Fsync: FsyncAlways, fs: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeOps(s, 0); err != nil {
+		t.Fatal(err)
+	}
+	fs.syncFails.Store(true)
+	if err := writeOps(s, 1); !errors.Is(err, ErrLogWrite) || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("write whose fsync fails: %v, want ErrLogWrite wrapping EIO", err)
+	}
+	fs.syncFails.Store(false)
+	if err := writeOps(s, 2); !errors.Is(err, ErrLogWrite) {
+		t.Fatalf("write after a failed fsync, before a snapshot: %v, want ErrLogWrite", err)
+	}
+	if err := s.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeOps(s, 3); err != nil {
+		t.Fatalf("write after the recovering snapshot: %v", err)
+	}
+	crash(s)
+	r := openStore(t, Config{DataDir: dir})
+	for _, round := range []int{0, 3} {
+		item := [][]byte{fmt.Appendf(nil, "item-%d", round)}
+		if !r.BFExists("bf", item)[0] || !r.CFExists("cf", item)[0] || r.Type(fmt.Sprint("res-cf-", round)) != KindCuckoo {
+			t.Errorf("acknowledged writes of round %d lost", round)
+		}
+	}
+}
