@@ -79,7 +79,7 @@ type FollowConfig struct {
 	MaxSnapshotBytes uint64
 	// MinCapacity is the least capacity of a filter Follow builds, so that
 	// a table that starts empty does not rebuild at every few keys.
-	// Default: 1024.
+	// Default: 65536 (about 120 KB for a Bloom filter at 0.1 %).
 	MinCapacity uint64
 }
 
@@ -88,16 +88,19 @@ const (
 	DefaultSnapshotInterval = time.Minute
 	DefaultSnapshotTimeout  = time.Minute
 	DefaultMaxLag           = 30 * time.Second
-	DefaultMinCapacity      = 1024
+	DefaultMinCapacity      = 1 << 16
 )
 
-// Growth: Follow rebuilds a filter once it holds growAt of what it would
-// hold at the target false-positive rate with the configured headroom spent
-// (1/(1+Headroom) of its capacity, 80 % by default), into one growFactor
-// times larger, so that a table growing from empty rebuilds O(log n) times
-// and the serving filter still has room for the writes made during the
-// rebuild.
-const growFactor = 2
+// Growth: Follow rebuilds a filter once it holds growAt of its capacity,
+// into one sized for growFactor times the keys it holds (with headroom), so
+// that a table growing from empty rebuilds O(log n) times and the serving
+// filter still has room, a tenth of its capacity, for the writes made during
+// the rebuild. A filter sized for a table that does not grow holds
+// 1/(1+Headroom) of its capacity (80 % by default), below growAt.
+const (
+	growAt     = 0.9
+	growFactor = 2
+)
 
 // Follow keeps the gate in step with a change feed until ctx is done, and
 // returns ctx's error (or ErrClosed). It replaces Run: every row any writer
@@ -296,6 +299,7 @@ type follower struct {
 	capacity     uint64 // the serving filter's
 	rebuild      *feedRebuild
 	retry        rebuildCause // a rebuild to start again (its filter refused a key)
+	retryCap     uint64       // the least capacity for it
 	saving       bool         // a snapshot is being written
 	wg           sync.WaitGroup
 }
@@ -677,7 +681,8 @@ func (fl *follower) apply(t changefeed.Txn) error {
 }
 
 // growthLocked reports causeGrowth when the serving filter holds growAt of
-// its capacity, or a rebuild's filter refused a key and must start over.
+// its capacity, or the cause of a rebuild whose filter refused a key and
+// must start over.
 func (fl *follower) growthLocked(v *view) rebuildCause {
 	if fl.retry != causeNoRebuild {
 		return fl.retry
@@ -685,7 +690,7 @@ func (fl *follower) growthLocked(v *view) rebuildCause {
 	if v.f == nil || fl.capacity == 0 {
 		return causeNoRebuild
 	}
-	if float64(items(v.f)) >= float64(fl.capacity)/(1+fl.g.cfg.Headroom) {
+	if float64(items(v.f)) >= growAt*float64(fl.capacity) {
 		return causeGrowth
 	}
 	return causeNoRebuild
@@ -804,7 +809,8 @@ func (fl *follower) startRebuildLocked(cause rebuildCause) {
 	if cause == causeGrowth || retry {
 		growth = growFactor
 	}
-	capacity := fl.sizeFor(n, growth)
+	capacity := max(fl.sizeFor(n, growth), fl.retryCap)
+	fl.retryCap = 0
 	nf, err := g.newFilter(capacity)
 	if err != nil {
 		g.cfg.Logger.Error("bloomgate: rebuild from the change feed", "err", err)
@@ -846,12 +852,17 @@ func (fl *follower) runRebuild(ctx context.Context, rb *feedRebuild) {
 		g.abandonPending(rb.nf)
 		return
 	}
+	replayed := 0
 	for _, t := range rb.buf {
 		if t.commit >= pos {
 			fl.applyTo(rb.nf, t, false)
+			replayed += len(t.adds)
 		}
 	}
 	if rb.refused {
+		// Too small for the table as it is now: start over at least twice
+		// as large, and large enough for every key seen.
+		fl.retryCap = max(2*rb.capacity, fl.sizeFor(float64(keys)+float64(replayed), growFactor))
 		g.m.observeBuild("rebuild", g.cfg.Now().Sub(start), filter.ErrFull)
 		g.cfg.Logger.Warn("bloomgate: the rebuilt filter filled up; rebuilding larger", "capacity", rb.capacity, "keys", keys)
 		g.abandonPending(rb.nf)
