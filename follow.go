@@ -433,7 +433,7 @@ func (fl *follower) load(ctx context.Context) bool {
 	}
 	g.seed = f.Seed()
 	g.journal = newJournal(g.cfg.RebuildOverlap) // its hashes used the old seed
-	fl.publishLocked(f, f.Stats().Capacity)
+	fl.publishLocked(f, capacityOf(f))
 	fl.pos = pos
 	g.m.observeBuild("snapshot", g.cfg.Now().Sub(start), nil)
 	g.cfg.Logger.Info("bloomgate: snapshot loaded", "position", pos, "seconds", g.cfg.Now().Sub(start).Seconds())
@@ -456,6 +456,10 @@ func (fl *follower) publishLocked(f Filter, capacity uint64) {
 	g.publishLocked(nv)
 	g.unapplied = 0
 	fl.unknown, fl.truncated, fl.capacity = 0, false, capacity
+	// A new filter is checked a CheckInterval from now (its Stats reads the
+	// whole table), and snapshotted by the caller or a SnapshotInterval
+	// from now: a loaded snapshot is one already.
+	fl.lastCheck, fl.lastSnapshot = now, now
 }
 
 // estimate sizes the first filter: the feed's own estimate if it has one,
@@ -694,6 +698,16 @@ func (fl *follower) growthLocked(v *view) rebuildCause {
 		return causeGrowth
 	}
 	return causeNoRebuild
+}
+
+// capacityOf is the filter's capacity, without reading the table where the
+// filter can tell (a Bloom filter's Stats costs a pass with a logarithm per
+// block: tens of milliseconds at 10 M keys, on a cold start's path).
+func capacityOf(f Filter) uint64 {
+	if s, ok := f.(interface{ Sizing() filter.Sizing }); ok {
+		return s.Sizing().Capacity
+	}
+	return f.Stats().Capacity
 }
 
 // items is the filter's item count, cheaply where it can tell.
