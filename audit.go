@@ -9,7 +9,7 @@ import (
 )
 
 // auditEvery is the share of "absent" answers offered to the self-audit:
-// one in auditEvery, picked by the key's hash. Offers beyond what the audit
+// every auditEvery-th counted on a P (counts.go). Offers beyond what the audit
 // can check are dropped, so lookups never wait for it.
 const auditEvery = 64
 

@@ -2,29 +2,83 @@ package bloomgate
 
 import "github.com/bloomgate/bloomgate/filter"
 
-// lookupBatch is how many keys a batched lookup hashes before it probes:
-// enough for the filter to overlap their cache misses, few enough to stay on
-// the stack.
-const lookupBatch = 64
+// lookupBatch is how many keys a batched lookup answers from one view of the
+// gate: few enough that a state change (a degrade, say) reaches the keys
+// after it promptly, enough that the view's checks and the counters cost
+// nothing per key.
+const lookupBatch = 256
 
 // MayContainMany answers MayContain for every key at once: out[i] is false
 // only if keys[i] is definitely not in the table. It returns how many are
 // "maybe present". With the default Bloom filter the keys' cache misses
-// overlap (filter.Bloom.MayContainHashMany), so a batch costs much less per
+// overlap (filter.Bloom.MayContainMany), so a batch costs much less per
 // key than one lookup at a time; the answers are the same. out must be at
 // least as long as keys. It never blocks and does not allocate (built-in
 // normalisers, keys ≤ 256 bytes).
 func (g *Gate) MayContainMany(keys [][]byte, out []bool) int {
+	if g.cfg.Normalizer.kind == normExact {
+		return mayContainExact(g, keys, out, (*filter.Bloom).MayContainMany, bytesKey)
+	}
 	return g.mayContainBatch(len(keys), func(i int) []byte { return keys[i] }, out)
 }
 
 // MayContainStrings is MayContainMany for string keys.
 func (g *Gate) MayContainStrings(keys []string, out []bool) int {
+	if g.cfg.Normalizer.kind == normExact {
+		return mayContainExact(g, keys, out, (*filter.Bloom).MayContainStrings, stringBytes)
+	}
 	return g.mayContainBatch(len(keys), func(i int) []byte { return stringBytes(keys[i]) }, out)
 }
 
+func bytesKey(b []byte) []byte { return b }
+
+// mayContainExact is the batched lookup of keys the Exact normaliser leaves
+// as they are: a Bloom filter answers each chunk with one call (many), which
+// hashes the keys a group at a time; keys over MaxKeyLen, never in the
+// filter, are then answered "maybe". Counters are added once per chunk.
+func mayContainExact[K string | []byte](g *Gate, keys []K, out []bool, many func(*filter.Bloom, []K, []bool) int, asBytes func(K) []byte) int {
+	out = out[:len(keys)]
+	maybe := 0
+	for start := 0; start < len(keys); start += lookupBatch {
+		end := min(start+lookupBatch, len(keys))
+		ks, o := keys[start:end], out[start:end]
+		v := g.view.Load()
+		if !v.ready && !g.answers(v) {
+			maybe += g.failOpenBatch(v, o)
+			continue
+		}
+		var m int
+		if v.bloom != nil {
+			m = many(v.bloom, ks, o)
+		} else {
+			for i, k := range ks {
+				o[i] = v.f.MayContainHash(filter.Hash(asBytes(k), v.seed))
+				if o[i] {
+					m++
+				}
+			}
+		}
+		long := 0
+		for i, k := range ks {
+			if len(k) > g.cfg.MaxKeyLen {
+				if !o[i] {
+					o[i] = true
+					m++
+				}
+				long++
+			}
+		}
+		if long > 0 {
+			g.m.failOpenLong.Add(uint64(long))
+		}
+		g.m.lookups.addN(uint64(m-long), uint64(len(ks)-m)) // the self-audit samples single lookups only
+		maybe += m
+	}
+	return maybe
+}
+
 // mayContainBatch answers n keys, key(i) being the i-th, in chunks of
-// lookupBatch.
+// lookupBatch, normalising each key.
 func (g *Gate) mayContainBatch(n int, key func(i int) []byte, out []bool) int {
 	out = out[:n]
 	maybe := 0
@@ -67,24 +121,26 @@ func (g *Gate) failOpenBatch(v *view, out []bool) int {
 // probeBatch looks the hashes up in v's filter, in one batch when the filter
 // offers it.
 func (g *Gate) probeBatch(v *view, hs []uint64, long []bool, out []bool) int {
-	if b, ok := v.f.(*filter.Bloom); ok {
-		b.MayContainHashMany(hs, out)
+	if v.bloom != nil {
+		v.bloom.MayContainHashMany(hs, out)
 	} else {
 		for i, h := range hs {
 			out[i] = v.f.MayContainHash(h)
 		}
 	}
-	n := 0
-	for i, h := range hs {
+	n, longs := 0, 0
+	for i := range hs {
 		if long[i] {
 			out[i] = true
-			g.m.failOpenLong.Add(1)
-		} else {
-			g.m.lookups.add(h, out[i]) // the self-audit samples single lookups only
+			longs++
 		}
 		if out[i] {
 			n++
 		}
 	}
+	if longs > 0 {
+		g.m.failOpenLong.Add(uint64(longs))
+	}
+	g.m.lookups.addN(uint64(n-longs), uint64(len(hs)-n)) // the self-audit samples single lookups only
 	return n
 }

@@ -15,8 +15,16 @@ import (
 // long keys, and a gate that is not ready (all "maybe").
 func TestMayContainManyMatchesSingle(t *testing.T) {
 	present := keys("user", 3000)
-	for _, nf := range []func(uint64, float64, uint64) (bloomgate.Filter, error){bloomgate.NewBloom, bloomgate.NewCuckoo, bloomgate.NewCounting} {
-		g := newGate(t, bloomgate.Config{Source: newMemSource(present...), FPRate: 0.05, MaxKeyLen: 40, Normalizer: bloomgate.LowerTrim, NewFilter: nf})
+	for _, norm := range []bloomgate.Normalizer{bloomgate.LowerTrim, bloomgate.Exact} {
+		for _, nf := range []func(uint64, float64, uint64) (bloomgate.Filter, error){bloomgate.NewBloom, bloomgate.NewCuckoo, bloomgate.NewCounting} {
+			testMayContainManyMatchesSingle(t, present, norm, nf)
+		}
+	}
+}
+
+func testMayContainManyMatchesSingle(t *testing.T, present []string, norm bloomgate.Normalizer, nf func(uint64, float64, uint64) (bloomgate.Filter, error)) {
+	{
+		g := newGate(t, bloomgate.Config{Source: newMemSource(present...), FPRate: 0.05, MaxKeyLen: 40, Normalizer: norm, NewFilter: nf})
 		probe := func(ks []string) {
 			t.Helper()
 			bs := make([][]byte, len(ks))
@@ -41,7 +49,7 @@ func TestMayContainManyMatchesSingle(t *testing.T) {
 		}
 		rng := rand.New(rand.NewPCG(1, 2))
 		var mixed []string
-		for i := range 500 {
+		for i := range 700 {
 			switch rng.IntN(4) {
 			case 0:
 				mixed = append(mixed, present[rng.IntN(len(present))])
@@ -57,14 +65,43 @@ func TestMayContainManyMatchesSingle(t *testing.T) {
 		if err := g.Warm(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		for _, n := range []int{0, 1, 63, 64, 65, 127, 128, 129, 500} {
+		sizes := []int{0, 1, 63, 64, 65, 127, 128, 129, 255, 256, 257, 500, 700}
+		before := g.Stats()
+		for _, n := range sizes {
 			probe(mixed[:n])
+		}
+		after := g.Stats()
+		// Every lookup is counted once, batched or single: the counters are
+		// exact (counts.go). probe looks each key up three times, in two
+		// batches and singly; keys over MaxKeyLen count as failing open.
+		var answered, absent int
+		for _, n := range sizes {
+			for _, k := range mixed[:n] {
+				if len(k) <= 40 {
+					answered++
+					if !g.MayContainString(k) {
+						absent++
+					}
+				}
+			}
+		}
+		if got, want := after.Lookups-before.Lookups, uint64(3*answered); got != want {
+			t.Fatalf("%d lookups counted, want %d", got, want)
+		}
+		if got, want := after.Absent-before.Absent, uint64(3*absent); got != want {
+			t.Fatalf("%d absent counted, want %d", got, want)
 		}
 	}
 }
 
 func TestMayContainManyAllocs(t *testing.T) {
-	g := newGate(t, bloomgate.Config{Source: newMemSource(keys("user", 1000)...), Normalizer: bloomgate.LowerTrim})
+	for _, norm := range []bloomgate.Normalizer{bloomgate.LowerTrim, bloomgate.Exact} {
+		testMayContainManyAllocs(t, norm)
+	}
+}
+
+func testMayContainManyAllocs(t *testing.T, norm bloomgate.Normalizer) {
+	g := newGate(t, bloomgate.Config{Source: newMemSource(keys("user", 1000)...), Normalizer: norm})
 	g.Warm(context.Background())
 	ks := keys("USER", 200)
 	bs := make([][]byte, len(ks))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 )
 
 const progressEvery = 1 << 16
@@ -262,7 +263,7 @@ func (g *Gate) Run(ctx context.Context) error {
 	if g.cfg.Source == nil {
 		return fmt.Errorf("%w: Run needs Config.Source", ErrInvalidConfig)
 	}
-	backoff := time.Second
+	retry := backoff.Backoff{Min: time.Second, Max: time.Minute}
 	for {
 		var wait time.Duration
 		if reason := g.rebuildReason(); reason != "" {
@@ -271,20 +272,16 @@ func (g *Gate) Run(ctx context.Context) error {
 				if errors.Is(err, ErrClosed) || errors.Is(err, ErrFollowing) {
 					return err
 				}
-				wait, backoff = backoff, min(2*backoff, time.Minute)
+				wait = retry.Next()
 			} else {
-				backoff = time.Second
+				retry.Reset()
 			}
 		}
 		if wait == 0 {
 			wait = g.cfg.CheckInterval
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := backoff.Sleep(ctx, wait); err != nil {
+			return err
 		}
 	}
 }

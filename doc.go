@@ -15,4 +15,16 @@
 // The gate's filter is any Filter: a set of key hashes that never forgets.
 // The filter families live in package filter; sources of keys in
 // source/postgres (pgx) and source/sqlite (the embedded default).
+//
+// Gate.Follow keeps a gate in step with a change feed instead (every writer's
+// rows, deletes included, and a warm restart from a snapshot); packages
+// fanout/jetstream and fanout/redisstream share one feed among many instances.
+//
+// A Gate is safe for concurrent use: lookups never lock, and MayContain and
+// MayContainMany do not allocate; Add, Remove and builds serialise on
+// a mutex. The examples run on an in-memory source and an in-memory feed.
+//
+// The README has a quick start; docs/design.md describes the states, the
+// journal, rebuilds, removes and the change feed; docs/operations.md the
+// metrics and alerts.
 package bloomgate

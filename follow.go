@@ -12,6 +12,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
@@ -149,7 +150,7 @@ func (g *Gate) Follow(ctx context.Context, feed Feed, cfg FollowConfig) error {
 		g.mu.Unlock()
 	}()
 	fresh := false
-	backoff := 100 * time.Millisecond
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 30 * time.Second}
 	for {
 		fl := &follower{g: g, feed: feed, cfg: cfg}
 		err := fl.run(ctx, fresh)
@@ -166,26 +167,21 @@ func (g *Gate) Follow(ctx context.Context, feed Feed, cfg FollowConfig) error {
 		cause := feedCause(err)
 		g.m.feedErrors[cause].Add(1)
 		g.feedErr.Store(&feedFailure{err: err, cause: cause})
-		limit := 30 * time.Second
+		retry.Max = 30 * time.Second
 		if cause == causeSetup {
-			limit = time.Minute
+			retry.Max = time.Minute
 			g.cfg.Logger.Error("bloomgate: change feed setup is incomplete; failing open until an operator fixes it",
-				"err", err, "cause", cause, "retry_in", backoff)
+				"err", err, "cause", cause, "retry_in", retry.Delay())
 		} else {
 			g.cfg.Logger.Warn("bloomgate: change feed failed; failing open and restarting",
-				"err", err, "cause", cause, "bootstrap", fresh, "retry_in", backoff)
+				"err", err, "cause", cause, "bootstrap", fresh, "retry_in", retry.Delay())
 		}
 		g.degradeFeed(fmt.Sprintf("%s: %v", cause, err))
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := retry.Wait(ctx); err != nil {
+			return err
 		}
-		backoff = min(2*backoff, limit)
 		if applied > 0 {
-			backoff = 100 * time.Millisecond
+			retry.Reset()
 		}
 	}
 }

@@ -201,9 +201,15 @@ func (c *Config) fill() error {
 type view struct {
 	state  State
 	reason string
-	f      Filter  // nil while warming
-	rm     Remover // f, if it can remove
-	seed   uint64  // f's hash seed
+	f      Filter        // nil while warming
+	bloom  *filter.Bloom // f, if it is a Bloom: looked up without an interface call
+	// ready: authoritative and not followed, so answers(v) holds without
+	// reading the clock; fast: bloom when ready and the gate's normaliser is
+	// Exact, the lookup's fast path. Both set by publishLocked.
+	ready bool
+	fast  *filter.Bloom
+	rm    Remover // f, if it can remove
+	seed  uint64  // f's hash seed
 	// followed: a change feed keeps f in step (Follow), so f answers only
 	// while the feed's lag was checked recently enough (Gate.freshUntil).
 	followed bool
@@ -280,7 +286,7 @@ func New(cfg Config) (*Gate, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	g := &Gate{cfg: cfg, seed: rand.Uint64(), journal: newJournal(cfg.RebuildOverlap), m: &metrics{}, epoch: cfg.Now()}
+	g := &Gate{cfg: cfg, seed: rand.Uint64(), journal: newJournal(cfg.RebuildOverlap), m: &metrics{lookups: newLookupCounts()}, epoch: cfg.Now()}
 	g.view.Store(&view{state: StateWarming, reason: "not warmed yet"})
 	if cfg.Audit != nil {
 		g.auditCh, g.auditStop = make(chan []byte, 16), make(chan struct{})
@@ -342,9 +348,25 @@ func (g *Gate) MayContainString(key string) bool {
 }
 
 // mayContain also reports whether the answer came from an authoritative
-// filter (false: failed open).
+// filter (false: failed open). On the fast path (a ready Bloom filter, the
+// Exact normaliser) it costs what the filter's own MayContain costs plus a
+// pointer load, a length check and a per-P counter (counts.go).
 func (g *Gate) mayContain(key []byte) (present, authoritative bool) {
 	v := g.view.Load()
+	if b := v.fast; b != nil && len(key) <= g.cfg.MaxKeyLen {
+		present = b.MayContain(key) // hashes like filter.Hash(key, v.seed)
+		if n := g.m.lookups.add(present); !present && g.auditCh != nil && n%auditEvery == 0 {
+			g.offerAudit(key)
+		}
+		return present, true
+	}
+	return g.mayContainSlow(v, key)
+}
+
+// mayContainSlow is mayContain off the fast path: a gate that is not ready
+// or follows a feed, another filter kind, a normaliser that rewrites keys, a
+// key over MaxKeyLen.
+func (g *Gate) mayContainSlow(v *view, key []byte) (present, authoritative bool) {
 	if !g.answers(v) {
 		g.failOpen(v, 1)
 		return true, false
@@ -355,10 +377,8 @@ func (g *Gate) mayContain(key []byte) (present, authoritative bool) {
 		g.m.failOpenLong.Add(1)
 		return true, false
 	}
-	h := filter.Hash(nk, v.seed)
-	present = v.f.MayContainHash(h)
-	g.m.lookups.add(h, present)
-	if !present && g.auditCh != nil && h%auditEvery == 0 {
+	present = v.f.MayContainHash(filter.Hash(nk, v.seed))
+	if n := g.m.lookups.add(present); !present && g.auditCh != nil && n%auditEvery == 0 {
 		g.offerAudit(nk)
 	}
 	return present, true
@@ -506,6 +526,12 @@ func (g *Gate) setOwnedStateLocked(s State, owner degradeOwner, reason string) {
 func (g *Gate) publishLocked(nv *view) {
 	if nv.state == StateReady {
 		nv.reason = ""
+	}
+	nv.bloom, _ = nv.f.(*filter.Bloom)
+	nv.ready = nv.authoritative() && !nv.followed && nv.f != nil
+	nv.fast = nil
+	if nv.ready && g.cfg.Normalizer.kind == normExact {
+		nv.fast = nv.bloom
 	}
 	old := g.view.Swap(nv)
 	if g.changed != nil {

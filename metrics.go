@@ -8,37 +8,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// stripedCounts counts lookups without making every core write one cache
-// line: the key's hash picks one of eight stripes.
-type stripedCounts struct {
-	s [8]struct {
-		maybe, absent atomic.Uint64
-		_             [48]byte
-	}
-}
-
-func (c *stripedCounts) add(h uint64, present bool) {
-	s := &c.s[h>>61]
-	if present {
-		s.maybe.Add(1)
-	} else {
-		s.absent.Add(1)
-	}
-}
-
-// sum returns all lookups and the absent ones.
-func (c *stripedCounts) sum() (lookups, absent uint64) {
-	for i := range c.s {
-		m, a := c.s[i].maybe.Load(), c.s[i].absent.Load()
-		lookups += m + a
-		absent += a
-	}
-	return lookups, absent
-}
-
 // metrics holds the gate's counters.
 type metrics struct {
-	lookups      stripedCounts
+	lookups      *lookupCounts
 	failOpen     [4]atomic.Uint64 // by State
 	failOpenLong atomic.Uint64
 	fetches      atomic.Uint64

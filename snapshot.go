@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -75,8 +74,7 @@ func writeSnapshot(w io.Writer, identity string, pos changefeed.Position, f Filt
 // ErrSnapshotCorrupt (or the filter decoder's error). maxBytes bounds the
 // filter's memory (0: package filter's default).
 func readSnapshot(r io.Reader, identity string, maxBytes uint64) (Filter, changefeed.Position, error) {
-	crc := crc32c.New()
-	tr := &crcReader{r: r, crc: crc}
+	tr := crc32c.NewReader(r)
 	var hdr [len(snapshotMagic) + 2 + 8 + 2]byte
 	if _, err := io.ReadFull(tr, hdr[:]); err != nil {
 		return nil, 0, fmt.Errorf("%w: header: %v", ErrSnapshotCorrupt, err)
@@ -103,7 +101,7 @@ func readSnapshot(r io.Reader, identity string, maxBytes uint64) (Filter, change
 		if _, err := io.ReadFull(r, sum[:]); err != nil {
 			return nil, 0, fmt.Errorf("%w: header checksum: %v", ErrSnapshotCorrupt, err)
 		}
-		if binary.LittleEndian.Uint32(sum[:]) != crc.Sum32() {
+		if binary.LittleEndian.Uint32(sum[:]) != tr.Sum32() {
 			return nil, 0, fmt.Errorf("%w: header checksum mismatch", ErrSnapshotCorrupt)
 		}
 	}
@@ -122,7 +120,7 @@ func readSnapshot(r io.Reader, identity string, maxBytes uint64) (Filter, change
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: filter: %w", ErrSnapshotCorrupt, err)
 	}
-	sum := crc.Sum32()
+	sum := tr.Sum32()
 	var trailer [4]byte
 	if _, err := io.ReadFull(r, trailer[:]); err != nil {
 		return nil, 0, fmt.Errorf("%w: checksum: %v", ErrSnapshotCorrupt, err)
@@ -139,29 +137,6 @@ func asGateFilter(decoded filter.Filter, pos changefeed.Position) (Filter, chang
 		return nil, 0, fmt.Errorf("%w: a %T cannot be a gate's filter", ErrSnapshotMismatch, decoded)
 	}
 	return f, pos, nil
-}
-
-// crcReader checksums what it reads, and reports the bytes left when the
-// reader under it does: the filter decoder then allocates the table at once
-// rather than growing it as it reads.
-type crcReader struct {
-	r   io.Reader
-	crc hash.Hash32
-}
-
-func (c *crcReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.crc.Write(p[:n])
-	return n, err
-}
-
-// Len implements the decoder's optional interface{ Len() int }; -1 when
-// unknown.
-func (c *crcReader) Len() int {
-	if l, ok := c.r.(interface{ Len() int }); ok {
-		return l.Len()
-	}
-	return -1
 }
 
 // lenReader counts down the bytes left in a file of known size.

@@ -173,8 +173,7 @@ func (x *bloomgateFilter) Decode(enc []byte) (Filter, error) {
 // bloomgate-hashed: the same filter.Bloom, used the way blobloom is: the
 // caller's loop hashes (Bloom.Hash) and passes the hash (AddHash,
 // MayContainHash). Both calls inline, so the loop calls only the hash
-// function. See README: on the benchmark machine this is much faster at 10 M
-// keys than MayContain, which calls the hash function from inside itself.
+// function. docs/benchmarks.md has the figures.
 
 type bloomgateHashedFilter struct{ bloomgateFilter }
 

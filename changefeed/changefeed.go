@@ -3,6 +3,9 @@
 // committed transactions, and their effects on a set of keys. It has no
 // dependencies, so a consumer can define the interface it needs in these
 // terms without importing a database driver.
+//
+// Its types are plain values, safe to share once built. docs/design.md
+// describes how a gate follows a feed.
 package changefeed
 
 import (

@@ -21,6 +21,10 @@
 // Prev is the End of the last transaction of the previous message (or the
 // point the feeder bootstrapped at), so a consumer detects a missing message
 // from the message alone.
+//
+// AppendBatch, DecodeBatch and Continue are pure functions, safe for
+// concurrent use. docs/design.md describes the fan-out's roles and guarantees,
+// docs/operations.md the NATS and Redis settings it needs.
 package fanout
 
 import (

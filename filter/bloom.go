@@ -55,7 +55,7 @@ func NewBloom(cfg BloomConfig) (*Bloom, error) {
 
 func newBloom(s Sizing, seed uint64) *Bloom {
 	return &Bloom{
-		words:    make([]uint64, s.Blocks*blockWords),
+		words:    allocWords(s.Blocks * blockWords),
 		blocks:   s.Blocks,
 		k:        uint32(s.K),
 		seed:     seed,
@@ -250,6 +250,7 @@ func decodeBloomBody(fr *frameReader) (*Bloom, error) {
 	if err != nil {
 		return nil, err
 	}
+	adviseHuge(words, true) // already written: collapse into huge pages now
 	f := &Bloom{words: words, blocks: g.blocks, k: g.k, seed: fr.seed, capacity: g.capacity, fpRate: g.fpRate}
 	f.items.Store(items)
 	return f, nil

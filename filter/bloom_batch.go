@@ -28,19 +28,19 @@ const hashGroup = 32
 // It is faster per key than MayContain when the filter is larger than the CPU
 // caches, because it overlaps the cache misses of many keys.
 func (f *Bloom) MayContainMany(keys [][]byte, out []bool) int {
-	return mayContainKeys(f, keys, out, Hash)
+	return mayContainKeys(f, keys, out)
 }
 
 // MayContainStrings is MayContainMany for string keys: out[i] reports whether
 // keys[i] may be in the filter, as MayContainString(keys[i]) would. It returns
 // how many may be, panics if len(out) < len(keys), and does not allocate.
 func (f *Bloom) MayContainStrings(keys []string, out []bool) int {
-	return mayContainKeys(f, keys, out, HashString)
+	return mayContainKeys(f, keys, out)
 }
 
 // mayContainKeys hashes keys a group at a time, prefetches the group's
 // blocks, and probes the group before while those loads are in flight.
-func mayContainKeys[K string | []byte](f *Bloom, keys []K, out []bool, hash func(K, uint64) uint64) int {
+func mayContainKeys[K string | []byte](f *Bloom, keys []K, out []bool) int {
 	out = out[:len(keys)]
 	var ring [2][hashGroup]uint64
 	n, prev, g := 0, 0, 0
@@ -48,9 +48,7 @@ func mayContainKeys[K string | []byte](f *Bloom, keys []K, out []bool, hash func
 	for len(keys) > 0 || prev > 0 {
 		c := min(len(keys), hashGroup)
 		hs := ring[g][:c]
-		for i, k := range keys[:c] {
-			hs[i] = hash(k, f.seed)
-		}
+		hashKeys(keys[:c], f.seed, hs)
 		f.prefetch(hs)
 		n += f.probeAll(ring[g^1][:prev], prevOut)
 		prev, prevOut, g = c, out[:c], g^1
@@ -71,20 +69,6 @@ func (f *Bloom) MayContainHashMany(hashes []uint64, out []bool) int {
 		end := min(i+hashGroup, len(hashes))
 		f.prefetch(hashes[end:min(end+hashGroup, len(hashes))])
 		n += f.probeAll(hashes[i:end], out[i:end])
-	}
-	return n
-}
-
-// probeAll probes the blocks of hs into out (len(out) == len(hs)).
-func (f *Bloom) probeAll(hs []uint64, out []bool) int {
-	out = out[:len(hs)]
-	n := 0
-	for i, h := range hs {
-		ok := f.MayContainHash(h)
-		out[i] = ok
-		if ok {
-			n++
-		}
 	}
 	return n
 }

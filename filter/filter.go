@@ -12,6 +12,11 @@
 // are recorded in the binary format, so a filter written by one process can be
 // read by another. hash/maphash is deliberately not used: its seeds cannot be
 // recreated in another process.
+//
+// Every filter is safe for concurrent use (each type says how); a
+// BloomBuilder, the single-writer way to fill a new Bloom, is not.
+// docs/design.md describes the layouts and the binary format;
+// docs/benchmarks.md compares them with other Go filters.
 package filter
 
 import (

@@ -49,6 +49,55 @@ func lookupKey[T string | []byte](f *Bloom, p T) (h uint64, maybe bool) {
 	return h, f.MayContainHash(h)
 }
 
+// hashKeys sets hs[i] to the XXH3-64 hash of keys[i] under seed, exactly as
+// Hash and HashString compute it (len(hs) >= len(keys)). Keys of up to
+// shortKeyMax bytes are hashed by the code written out here, inside the loop:
+// a group of keys costs one call, not one per key, nothing is spilled around
+// a call per key, and the loads of consecutive keys overlap. Longer keys go
+// through the xxh3 package. TestLookupKeyHash checks every length against it.
+func hashKeys[T string | []byte](keys []T, seed uint64, hs []uint64) {
+	hs = hs[:len(keys)]
+	for i, p := range keys {
+		var h uint64
+		switch l := len(p); {
+		case l > shortKeyMax:
+			h = hashLong(p, seed)
+		case l > 16:
+			acc := uint64(l) * xxPrime64_1
+			if l > 32 {
+				if l > 64 {
+					if l > 96 {
+						acc += mulFold64(readLE64(p, 6*8)^(xxKey064_096+seed), readLE64(p, 7*8)^(xxKey064_104-seed))
+						acc += mulFold64(readLE64(p, l-8*8)^(xxKey064_112+seed), readLE64(p, l-7*8)^(xxKey064_120-seed))
+					}
+					acc += mulFold64(readLE64(p, 4*8)^(xxKey064_064+seed), readLE64(p, 5*8)^(xxKey064_072-seed))
+					acc += mulFold64(readLE64(p, l-6*8)^(xxKey064_080+seed), readLE64(p, l-5*8)^(xxKey064_088-seed))
+				}
+				acc += mulFold64(readLE64(p, 2*8)^(xxKey064_032+seed), readLE64(p, 3*8)^(xxKey064_040-seed))
+				acc += mulFold64(readLE64(p, l-4*8)^(xxKey064_048+seed), readLE64(p, l-3*8)^(xxKey064_056-seed))
+			}
+			acc += mulFold64(readLE64(p, 0)^(xxKey064_000+seed), readLE64(p, 8)^(xxKey064_008-seed))
+			acc += mulFold64(readLE64(p, l-2*8)^(xxKey064_016+seed), readLE64(p, l-8)^(xxKey064_024-seed))
+			h = xxh3Avalanche(acc)
+		case l > 8:
+			lo := readLE64(p, 0) ^ (xxKey064_024 ^ xxKey064_032 + seed)
+			hi := readLE64(p, l-8) ^ (xxKey064_040 ^ xxKey064_048 - seed)
+			h = xxh3Avalanche(uint64(l) + bits.ReverseBytes64(lo) + hi + mulFold64(lo, hi))
+		case l > 3:
+			s := seed ^ uint64(bits.ReverseBytes32(uint32(seed)))<<32
+			in := uint64(readLE32(p, l-4)) + uint64(readLE32(p, 0))<<32
+			h = rrmxmx(in^(xxKey064_008^xxKey064_016-s), uint64(l))
+		case l == 0:
+			h = xxhAvalancheSmall(seed ^ xxKey064_056 ^ xxKey064_064)
+		default: // 1 to 3 bytes
+			c1, c2, c3 := uint64(p[0]), uint64(p[l>>1]), uint64(p[l-1])
+			acc := c1<<16 | c2<<24 | c3 | uint64(l)<<8
+			h = xxhAvalancheSmall(acc ^ (uint64(xxKey032_000^xxKey032_004) + seed))
+		}
+		hs[i] = h
+	}
+}
+
 // hashLong is Hash or HashString, whichever matches T.
 func hashLong[T string | []byte](p T, seed uint64) uint64 {
 	switch k := any(p).(type) {

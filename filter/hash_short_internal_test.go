@@ -5,9 +5,9 @@ import (
 	"testing"
 )
 
-// TestLookupKeyHash checks lookupKey's hash against Hash and HashString (the
-// xxh3 package) at every length up to shortKeyMax and beyond, for several
-// seeds, and its answer against MayContainHash.
+// TestLookupKeyHash checks lookupKey's and hashKeys's hashes against Hash and
+// HashString (the xxh3 package) at every length up to shortKeyMax and beyond,
+// for several seeds, and lookupKey's answer against MayContainHash.
 func TestLookupKeyHash(t *testing.T) {
 	r := rand.New(rand.NewPCG(8, 2))
 	buf := make([]byte, shortKeyMax+40)
@@ -32,6 +32,15 @@ func TestLookupKeyHash(t *testing.T) {
 				}
 				if hs, ms := lookupKey(f, string(key)); hs != h || ms != maybe {
 					t.Fatalf("len %d seed %#x: string key %#x, %v; bytes %#x, %v", l, seed, hs, ms, h, maybe)
+				}
+				var group [3]uint64
+				hashKeys([][]byte{buf[:0], key, buf[:l/2]}, seed, group[:])
+				if group != [3]uint64{Hash(nil, seed), want, Hash(buf[:l/2], seed)} {
+					t.Fatalf("len %d seed %#x: hashKeys = %#x", l, seed, group)
+				}
+				hashKeys([]string{"", string(key), string(buf[:l/2])}, seed, group[:])
+				if group != [3]uint64{Hash(nil, seed), want, Hash(buf[:l/2], seed)} {
+					t.Fatalf("len %d seed %#x: hashKeys of strings = %#x", l, seed, group)
 				}
 			}
 		}

@@ -135,6 +135,22 @@ func NewWindowed(cfg WindowedConfig) (*Windowed, error) {
 	return w, nil
 }
 
+// SizeWindowed returns the geometry of each generation of a Windowed with
+// the given capacity per window, target rate and generations (zero rate or
+// generations: the defaults), as NewWindowed would size it.
+func SizeWindowed(capacity uint64, fpRate float64, generations int) (Sizing, error) {
+	if generations == 0 {
+		generations = windowedDefaultGens
+	}
+	if fpRate == 0 {
+		fpRate = DefaultFPRate
+	}
+	if generations < 2 || generations > windowedMaxGens || math.IsNaN(fpRate) || fpRate <= 0 || fpRate >= 1 {
+		return Sizing{}, fmt.Errorf("%w: %d generations, false-positive rate %v", ErrInvalidParams, generations, fpRate)
+	}
+	return SizeBloom(capacity, windowedGenRate(fpRate, generations))
+}
+
 // newWindowed fills in cfg's defaults and validates it; the caller sets the
 // generations' sizing.
 func newWindowed(cfg WindowedConfig) (*Windowed, error) {
@@ -175,6 +191,12 @@ func (w *Windowed) Window() time.Duration { return time.Duration(w.window) }
 
 // MaxTTL returns the longest time a key can be remembered.
 func (w *Windowed) MaxTTL() time.Duration { return w.maxTTL }
+
+// Generations returns G, the most generations held at once.
+func (w *Windowed) Generations() int { return w.g }
+
+// FPRate returns the target false-positive rate across all generations.
+func (w *Windowed) FPRate() float64 { return w.fpRate }
 
 // GenerationSizing returns the geometry of each generation's Bloom filter.
 func (w *Windowed) GenerationSizing() Sizing { return w.sizing }
@@ -284,6 +306,47 @@ func (w *Windowed) AddHash(h uint64, expiresAt time.Time) error {
 	}
 	g.bloom.addHash(h)
 	return nil
+}
+
+// ReplayHash is AddHash for an add recorded under an earlier reading of the
+// clock, such as one replayed from a log after a restart. An expiry already
+// past adds nothing, as in AddHash, so an expired key is not brought back. An
+// expiry more than MaxTTL ahead, which means the clock stepped back since the
+// add was recorded, is not refused: the key joins a live generation ending at
+// or after its expiry, or a new one while fewer than G are live; only when
+// neither is possible does ReplayHash return an error wrapping ErrFull, having
+// added nothing.
+func (w *Windowed) ReplayHash(h uint64, expiresAt time.Time) error {
+	now := w.now()
+	nowNs, err := unixNanos(now)
+	if err != nil {
+		return err
+	}
+	if expiresAt.Before(now) {
+		return nil
+	}
+	eNs, err := unixNanos(expiresAt)
+	if err != nil {
+		return err
+	}
+	g, err := w.generationFor(windowEnd(eNs, w.window), nowNs)
+	if err != nil {
+		return err
+	}
+	g.bloom.addHash(h)
+	return nil
+}
+
+// GenerationEnds returns the end of each generation held, oldest first: the
+// times at which they are dropped. It includes generations that ended but
+// were not dropped yet (see Expire).
+func (w *Windowed) GenerationEnds() []time.Time {
+	gens := *w.gens.Load()
+	out := make([]time.Time, len(gens))
+	for i, g := range gens {
+		out[i] = time.Unix(0, g.end)
+	}
+	return out
 }
 
 // unixNanos returns t in Unix nanoseconds, or an error if t is too far from

@@ -768,3 +768,48 @@ func benchWindowed(b *testing.B, n int, p float64) {
 		}
 	})
 }
+
+// TestWindowedReplayHash: a replayed add whose expiry passed adds nothing;
+// one beyond MaxTTL (the clock stepped back since it was recorded) is held
+// until its expiry while a generation can hold it, and refused with ErrFull,
+// adding nothing, when none can.
+func TestWindowedReplayHash(t *testing.T) {
+	clock := newFakeClock(clockStart.Add(30 * time.Minute))
+	w := newWindowed(t, filter.WindowedConfig{MaxTTL: 3 * time.Hour, Generations: 4, Capacity: 100, Now: clock.Now})
+	if err := w.ReplayHash(w.Hash([]byte("old")), clock.Now().Add(-time.Second)); err != nil || w.Items() != 0 {
+		t.Fatalf("replay of an expired add: %v, %d items", err, w.Items())
+	}
+	far := clock.Now().Add(5 * time.Hour) // beyond MaxTTL
+	if err := w.AddString("far", far); !errors.Is(err, filter.ErrInvalidParams) {
+		t.Fatalf("Add beyond MaxTTL: %v", err)
+	}
+	if err := w.ReplayHash(w.Hash([]byte("far")), far); err != nil {
+		t.Fatalf("ReplayHash beyond MaxTTL with a free generation: %v", err)
+	}
+	for _, d := range []time.Duration{10 * time.Minute, 70 * time.Minute, 130 * time.Minute} {
+		if err := w.AddString(d.String(), clock.Now().Add(d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.Live() != 4 {
+		t.Fatalf("%d generations, want 4", w.Live())
+	}
+	clock.Set(far)
+	if !w.MayContainString("far") {
+		t.Error("replayed key beyond MaxTTL forgotten before its expiry")
+	}
+	clock.Set(clockStart.Add(30 * time.Minute))
+	if err := w.ReplayHash(w.Hash([]byte("farther")), far.Add(2*time.Hour)); !errors.Is(err, filter.ErrFull) {
+		t.Errorf("ReplayHash with every generation taken: %v, want ErrFull", err)
+	}
+	if ends := w.GenerationEnds(); len(ends) != 4 || !ends[3].Equal(clockStart.Add(6*time.Hour)) {
+		t.Errorf("GenerationEnds = %v", ends)
+	}
+	if w.Generations() != 4 || w.FPRate() != filter.DefaultFPRate {
+		t.Errorf("Generations, FPRate = %d, %v", w.Generations(), w.FPRate())
+	}
+	sz, err := filter.SizeWindowed(100, 0, 4)
+	if err != nil || sz != w.GenerationSizing() {
+		t.Errorf("SizeWindowed = %+v, %v; the filter's generations are %+v", sz, err, w.GenerationSizing())
+	}
+}

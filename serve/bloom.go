@@ -216,6 +216,8 @@ func (s *Store) BFExists(name string, items [][]byte) []bool {
 	switch kind {
 	case KindBloom:
 		mayContainMany(o.bf.MayContain, items, out)
+	case KindExpiring:
+		s.expiringMayContain(o, items, out) // never a false "absent"
 	case KindCuckoo:
 		// RedisBloom treats a key of the wrong type as empty here.
 	}
@@ -268,7 +270,7 @@ func (s *Store) BFInfo(name string) (BloomInfo, error) {
 	switch kind {
 	case KindNone:
 		return BloomInfo{}, ErrNotFound
-	case KindCuckoo:
+	case KindCuckoo, KindExpiring:
 		return BloomInfo{}, ErrWrongType
 	}
 	st := o.bf.Stats()

@@ -207,8 +207,11 @@ func (s *Store) CFExists(name string, items [][]byte) []bool {
 		set.mayContain(items, out)
 		return out
 	}
-	if o, kind := s.lookup(name); kind == KindCuckoo {
+	switch o, kind := s.lookup(name); kind {
+	case KindCuckoo:
 		mayContainMany(o.cf.MayContain, items, out)
+	case KindExpiring:
+		s.expiringMayContain(o, items, out) // never a false "absent"
 	}
 	return out
 }
@@ -225,8 +228,15 @@ func (s *Store) CFCount(name string, item []byte) int {
 		}
 		return 0
 	}
-	if o, kind := s.lookup(name); kind == KindCuckoo {
+	switch o, kind := s.lookup(name); kind {
+	case KindCuckoo:
 		return o.cf.Count(item)
+	case KindExpiring:
+		out := make([]bool, 1)
+		s.expiringMayContain(o, [][]byte{item}, out)
+		if out[0] {
+			return 1
+		}
 	}
 	return 0
 }
@@ -251,7 +261,7 @@ func (s *Store) CFDel(name string, item []byte) (bool, error) {
 		switch kind {
 		case KindNone:
 			return false, ErrCFNotFound
-		case KindBloom:
+		case KindBloom, KindExpiring:
 			return false, ErrWrongType
 		}
 		o.mu.Lock()
@@ -300,7 +310,7 @@ func (s *Store) CFInfo(name string) (CuckooInfo, error) {
 	switch kind {
 	case KindNone:
 		return CuckooInfo{}, ErrNotFound
-	case KindBloom:
+	case KindBloom, KindExpiring:
 		return CuckooInfo{}, ErrWrongType
 	}
 	st := o.cf.Stats()

@@ -21,4 +21,7 @@
 // Store.mu, then object.mu, then appendLog.syncMu, then appendLog.mu. Writes
 // wait for an fsync (FsyncAlways) only after releasing Store.mu and
 // object.mu.
+//
+// docs/serve.md is the server's manual: configuration, commands, HTTP routes,
+// durability and the differences from RedisBloom.
 package serve

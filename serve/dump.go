@@ -127,7 +127,7 @@ func (s *Store) finishLoad(name string, kind Kind, payload []byte) error {
 		return ErrBadData
 	}
 	r.name = name
-	o, err := objectFromPut(r, s.cfg.MaxFilterBytes)
+	o, err := objectFromPut(r, s.cfg.MaxFilterBytes, s.cfg.Now)
 	if err != nil {
 		return ErrBadData
 	}

@@ -59,7 +59,7 @@ func FuzzReadSnapshot(f *testing.F) {
 	f.Add(snapData[:len(snapData)-3])
 	f.Add([]byte(snapshotMagic))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, objs, err := readSnapshot(bytes.NewReader(data), int64(len(data)), 1<<20)
+		_, objs, err := readSnapshot(bytes.NewReader(data), int64(len(data)), 1<<20, nil)
 		if err == nil {
 			for _, o := range objs {
 				o.hash([]byte("x"))
@@ -76,7 +76,7 @@ func FuzzDecodePayload(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := decodePayload(data)
 		if err == nil && r.op == opPut {
-			objectFromPut(r, 1<<20)
+			objectFromPut(r, 1<<20, nil)
 		}
 	})
 }

@@ -1,15 +1,23 @@
 package serve
 
-import "github.com/bloomgate/bloomgate/filter"
+import (
+	"time"
+
+	"github.com/bloomgate/bloomgate/filter"
+)
 
 // meta is what a key was created with.
 type meta struct {
 	kind   Kind
 	bloom  BloomParams
 	cuckoo CuckooParams
+	expiry ExpiringParams
 }
 
 func (m meta) check() error {
+	if m.kind == KindExpiring {
+		return m.expiry.check()
+	}
 	if m.kind == KindBloom {
 		return m.bloom.check()
 	}
@@ -17,19 +25,25 @@ func (m meta) check() error {
 }
 
 func (m meta) predictedBytes() int64 {
+	if m.kind == KindExpiring {
+		return m.expiry.predictedBytes()
+	}
 	if m.kind == KindBloom {
 		return m.bloom.predictedBytes()
 	}
 	return m.cuckoo.predictedBytes()
 }
 
-// newObject builds an empty filter for m.
-func newObject(name string, m meta) (*object, error) {
+// newObject builds an empty filter for m; now is an expiring key's clock.
+func newObject(name string, m meta, now func() time.Time) (*object, error) {
 	o := &object{name: name, kind: m.kind, meta: m}
 	var err error
-	if m.kind == KindBloom {
+	switch m.kind {
+	case KindExpiring:
+		o.wf, err = m.expiry.build(now)
+	case KindBloom:
 		o.bf, err = m.bloom.build()
-	} else {
+	default:
 		o.cf, err = m.cuckoo.build()
 	}
 	if err != nil {
@@ -73,7 +87,7 @@ func (s *Store) create(name string, m meta, exclusive bool) (*object, error) {
 	if err := s.reserve(predicted); err != nil {
 		return nil, err
 	}
-	o, err := newObject(name, m)
+	o, err := newObject(name, m, s.cfg.Now)
 	if err != nil {
 		s.used.Add(-predicted)
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/bloomgate/bloomgate/filter"
 	"github.com/bloomgate/bloomgate/internal/crc32c"
@@ -22,12 +23,16 @@ import (
 //	opRemove  u32 n | n × u64 key hash
 //	opAddNX   u32 n | n × u64 key hash
 //	opDel     (empty)
-//	opPut     meta | u64 card | u64 deletes | the filter (its WriteTo format)
+//	opPut     meta | u64 card | u64 deletes | the filter (its WriteTo format);
+//	          for an expiring key, deletes is the Unix ns until which it
+//	          answers "present" to every lookup (0: none; see replayXAdd)
+//	opXAdd    i64 expiry (Unix ns) | u32 n | n × u64 key hash (an expiring key)
 //
 // and meta:
 //
 //	u8 kind | Bloom:  u64 capacity | f64 error rate | u32 expansion | u8 non-scaling
 //	        | cuckoo: u64 capacity | u32 bucket size | u32 max iterations | u32 expansion | u8 no-expansion
+//	        | expiring: see expiringMeta in windowed_record.go
 //
 // In the log each record is framed (see logformat.go) as
 //
@@ -50,6 +55,7 @@ const (
 	opDel    byte = 4
 	opPut    byte = 5
 	opAddNX  byte = 6
+	opXAdd   byte = 7
 )
 
 // recordHeaderLen is the frame header: length and two checksums.
@@ -67,6 +73,8 @@ type record struct {
 	// opPut
 	card, deletes uint64
 	filter        []byte
+	// opXAdd: the items' expiry, Unix ns
+	expiry int64
 }
 
 // appendFrame appends r framed for the log.
@@ -99,12 +107,17 @@ func (r *record) appendPayload(b []byte) []byte {
 		b = binary.LittleEndian.AppendUint64(b, r.card)
 		b = binary.LittleEndian.AppendUint64(b, r.deletes)
 		b = append(b, r.filter...)
+	case opXAdd:
+		b = appendXAdd(b, r)
 	}
 	return b
 }
 
 func appendMeta(b []byte, m meta) []byte {
 	b = append(b, byte(m.kind))
+	if m.kind == KindExpiring {
+		return appendExpiringMeta(b, m.expiry)
+	}
 	if m.kind == KindBloom {
 		b = binary.LittleEndian.AppendUint64(b, m.bloom.Capacity)
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(m.bloom.ErrorRate))
@@ -187,6 +200,10 @@ func decodePayload(b []byte) (*record, error) {
 		r.deletes = d.u64()
 		r.filter = d.b
 		d.b = nil
+	case opXAdd:
+		if err := d.xadd(r); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("%w: unknown op %d", errBadRecord, r.op)
 	}
@@ -221,6 +238,8 @@ func (d *decoder) meta() meta {
 		m.cuckoo.MaxIterations = int(d.u32())
 		m.cuckoo.Expansion = int(d.u32())
 		m.cuckoo.NoExpansion = d.u8() != 0
+	case KindExpiring:
+		m.expiry = d.expiringMeta()
 	default:
 		d.bad = true
 	}
@@ -231,9 +250,12 @@ func (d *decoder) meta() meta {
 func (o *object) encodeFilter() ([]byte, error) {
 	var buf bytes.Buffer
 	var err error
-	if o.bf != nil {
+	switch {
+	case o.wf != nil:
+		_, err = o.wf.WriteTo(&buf)
+	case o.bf != nil:
 		_, err = o.bf.WriteTo(&buf)
-	} else {
+	default:
 		_, err = o.cf.WriteTo(&buf)
 	}
 	return buf.Bytes(), err
@@ -245,15 +267,28 @@ func (o *object) putRecord() (*record, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &record{lsn: o.lsn, op: opPut, name: o.name, meta: o.meta,
-		card: o.card.Load(), deletes: o.deletes.Load(), filter: data}, nil
+	r := &record{lsn: o.lsn, op: opPut, name: o.name, meta: o.meta,
+		card: o.card.Load(), deletes: o.deletes.Load(), filter: data}
+	if o.wf != nil {
+		r.deletes = uint64(o.failOpenUntil.Load())
+	}
+	return r, nil
 }
 
-// objectFromPut decodes the filter of an opPut record.
-func objectFromPut(r *record, maxBytes int64) (*object, error) {
+// objectFromPut decodes the filter of an opPut record; now is an expiring
+// key's clock.
+func objectFromPut(r *record, maxBytes int64, now func() time.Time) (*object, error) {
 	cfg := filter.DecodeConfig{MaxBytes: uint64(maxBytes)}
 	var o *object
 	switch r.meta.kind {
+	case KindExpiring:
+		wf, err := filter.DecodeWindowed(bytes.NewReader(r.filter), cfg, now)
+		if err != nil {
+			return nil, err
+		}
+		if o, err = expiringFrom(r, wf); err != nil {
+			return nil, err
+		}
 	case KindBloom:
 		bf, err := filter.DecodeScalable(bytes.NewReader(r.filter), cfg)
 		if err != nil {

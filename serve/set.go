@@ -9,9 +9,124 @@ import (
 	"time"
 
 	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/filter"
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// Mode says how a table-backed set learns of the table's rows.
+type Mode uint8
+
+const (
+	// ModeRebuild: the set reads the table at start and again on its
+	// rebuild triggers (RebuildInterval, overfill). Rows written by others
+	// in between are not in the filter, so BF.EXISTS may answer 0 for them
+	// until the next rebuild, and BG.EXISTS always asks the confirm query.
+	// Chosen in the config with "follow no"; SQLite sets are always in it.
+	ModeRebuild Mode = iota
+	// ModeFollow: the set follows the table's change feed (its Keeper):
+	// every row any writer commits reaches the filter within the feed's
+	// lag, deletes included where the filter can remove.
+	ModeFollow
+)
+
+func (m Mode) String() string {
+	if m == ModeFollow {
+		return "follow"
+	}
+	return "rebuild"
+}
+
+// Role is this process's part in keeping a followed set in step.
+type Role uint8
+
+const (
+	// RoleNone: the set is not followed (ModeRebuild).
+	RoleNone Role = iota
+	// RoleFollower: this process follows the database's change feed itself,
+	// with no fan-out.
+	RoleFollower
+	// RoleFeeder: this process holds the fan-out's lease: it follows the
+	// database and publishes to the stream, and serves as an instance.
+	RoleFeeder
+	// RoleStandby: this process may become the feeder (it has database
+	// credentials) and waits for the lease; it serves as an instance.
+	RoleStandby
+	// RoleInstance: this process only follows the stream.
+	RoleInstance
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleFollower:
+		return "follower"
+	case RoleFeeder:
+		return "feeder"
+	case RoleStandby:
+		return "standby"
+	case RoleInstance:
+		return "instance"
+	}
+	return "none"
+}
+
+// Keeper keeps a table-backed set's gate in step with its table in place of
+// the gate's own rebuilds (Gate.Run): a change feed (Gate.Follow over
+// source/postgres.Feed) or a fan-out instance with an optional feeder.
+type Keeper interface {
+	// Run keeps g in step until ctx is done, and returns ctx's error (or
+	// bloomgate.ErrClosed).
+	Run(ctx context.Context, g *bloomgate.Gate) error
+	// Role reports this process's part now. It must not block.
+	Role() Role
+}
+
+// SetStatus is a table-backed set's state for readiness probes and INFO.
+type SetStatus struct {
+	Mode   Mode
+	Role   Role
+	State  bloomgate.State
+	Reason string // why the set is not ready ("" when it is)
+	// Ready reports whether the filter answers "absent" now.
+	Ready bool
+	// Position is the change-feed position applied (0 in ModeRebuild);
+	// Lag how far it is behind the feed's head.
+	Position changefeed.Position
+	Lag      time.Duration
+}
+
+// Errors of read-your-writes lookups.
+var (
+	// ErrNoPosition: the set does not follow a change feed, so a position
+	// cannot be honoured; use BG.EXISTS (it confirms every answer).
+	ErrNoPosition = &Error{"no_position", "ERR set does not follow a change feed (follow no): it has no position; use BG.EXISTS"}
+	// ErrBadPosition: the position is neither a PostgreSQL LSN (16/B374D848)
+	// nor a decimal number.
+	ErrBadPosition = &Error{"bad_position", "ERR position is not an LSN such as 16/B374D848 or a decimal integer"}
+)
+
+// ParsePosition parses a position as PostgreSQL prints an LSN
+// (pg_current_wal_insert_lsn(): "16/B374D848") or as a decimal integer.
+func ParsePosition(s string) (changefeed.Position, error) {
+	if p, err := changefeed.ParsePosition(s); err == nil {
+		return p, nil
+	}
+	var v uint64
+	if s == "" || len(s) > 20 {
+		return 0, ErrBadPosition
+	}
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return 0, ErrBadPosition
+		}
+		d := uint64(c - '0')
+		if v > (1<<64-1-d)/10 {
+			return 0, ErrBadPosition
+		}
+		v = v*10 + d
+	}
+	return changefeed.Position(v), nil
+}
 
 // Confirmer answers exactly whether a key exists in a table: the confirm
 // query of a table-backed set (source/postgres.Confirm, source/sqlite.Confirm).
@@ -24,10 +139,16 @@ type Confirmer interface {
 type SetConfig struct {
 	// Name is the key clients use. Required.
 	Name string
-	// Source streams the table's keys. Required.
+	// Source streams the table's keys. Required without a Keeper; a
+	// Keeper's set may have none (an instance that starts from the fan-out's
+	// snapshots never reads the table).
 	Source bloomgate.Source
-	// Confirm, if set, answers BG.EXISTS exactly after the filter says
-	// "maybe". It receives the key as the client sent it.
+	// Keeper, if set, keeps the set in step (ModeFollow) instead of the
+	// gate's rebuilds from Source (ModeRebuild). Default: nil.
+	Keeper Keeper
+	// Confirm, if set, answers BG.EXISTS exactly: after the filter says
+	// "maybe" in ModeFollow, for every key in ModeRebuild. It receives the
+	// key as the client sent it.
 	Confirm Confirmer
 	// Kind is the filter: "bloom" (a blocked Bloom filter; removes are not
 	// applied, the key stays a false positive until the next rebuild) or
@@ -56,10 +177,26 @@ type Set struct {
 	confirms atomic.Uint64
 }
 
+// GateConfig returns the Config of the set's gate (log may be nil), for a
+// Keeper that needs a second gate built the same way (a fan-out feeder's).
+// The Registerer is left out: only the serving gate exports metrics.
+func (sc SetConfig) GateConfig(log *slog.Logger) bloomgate.Config {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg := gateConfig(sc, log)
+	cfg.Registerer = nil
+	return cfg
+}
+
 // gateConfig is the one place a gate's Config is built.
 func gateConfig(sc SetConfig, log *slog.Logger) bloomgate.Config {
+	src := sc.Source
+	if src == nil {
+		src = noSource{}
+	}
 	cfg := bloomgate.Config{
-		Source:          sc.Source,
+		Source:          src,
 		Capacity:        sc.Capacity,
 		FPRate:          sc.FPRate,
 		Normalizer:      sc.Normalizer,
@@ -81,7 +218,7 @@ func newSet(sc SetConfig, log *slog.Logger) (*Set, error) {
 	switch {
 	case sc.Name == "":
 		return nil, errors.New("serve: set without a name")
-	case sc.Source == nil:
+	case sc.Source == nil && sc.Keeper == nil:
 		return nil, fmt.Errorf("serve: set %q has no source", sc.Name)
 	case sc.Kind != "" && sc.Kind != "bloom" && sc.Kind != "cuckoo":
 		return nil, fmt.Errorf("serve: set %q: kind %q (want bloom or cuckoo)", sc.Name, sc.Kind)
@@ -110,6 +247,34 @@ func (t *Set) HasConfirm() bool { return t.cfg.Confirm != nil }
 // Ready reports whether the set's filter is authoritative.
 func (t *Set) Ready() bool { return t.gate.Ready() }
 
+// Mode reports how the set learns of the table's rows.
+func (t *Set) Mode() Mode {
+	if t.cfg.Keeper != nil {
+		return ModeFollow
+	}
+	return ModeRebuild
+}
+
+// Status reports the set's mode, role, state, position and lag. It reads
+// the gate's counters (O(filter size)); call it for probes, not per lookup.
+func (t *Set) Status() SetStatus {
+	st := t.gate.Stats()
+	s := SetStatus{Mode: t.Mode(), State: st.State, Reason: st.Reason, Ready: t.gate.Ready()}
+	if t.cfg.Keeper != nil {
+		s.Role = t.cfg.Keeper.Role()
+		s.Position, s.Lag = t.gate.Position(), st.FeedLag
+	}
+	if !s.Ready && s.Reason == "" {
+		// Authoritative state but stale: a followed gate whose lag was not
+		// checked within MaxLag (the process was paused, or Follow stopped).
+		s.Reason = "change feed: lag not checked within MaxLag"
+		if st.State == bloomgate.StateWarming {
+			s.Reason = "warming"
+		}
+	}
+	return s
+}
+
 // Stats returns the gate's counters (O(filter size)).
 func (t *Set) Stats() bloomgate.Stats { return t.gate.Stats() }
 
@@ -117,8 +282,21 @@ func (t *Set) Stats() bloomgate.Stats { return t.gate.Stats() }
 func (t *Set) Confirms() uint64 { return t.confirms.Load() }
 
 func (t *Set) run(ctx context.Context) {
+	if t.cfg.Keeper != nil {
+		_ = t.cfg.Keeper.Run(ctx, t.gate) // returns ctx's error
+		return
+	}
 	_ = t.gate.Run(ctx) // returns ctx's error
 }
+
+// noSource is the Source of a set whose Keeper never reads the table: the
+// gate needs one, and only Run (not used with a Keeper) would scan it.
+type noSource struct{}
+
+var errNoSource = errors.New("serve: this set has no database connection; it starts from the fan-out's snapshots")
+
+func (noSource) Scan(context.Context, func([]byte) error) error { return errNoSource }
+func (noSource) Estimate(context.Context) (int64, error)        { return 0, nil }
 
 func (t *Set) close() { t.gate.Close() }
 
@@ -157,11 +335,43 @@ func (t *Set) remove(item []byte) (bool, error) {
 	return t.gate.Remove(item) == nil, nil
 }
 
-// BGExists answers exactly whether key is in the table-backed set name: the
-// filter first, then, on "maybe" (or while the set is not ready), the
-// confirm query. A confirm that finds nothing after a "maybe" is counted as
-// an observed false positive in the set's stats.
+// MayContainAt reports false only if item is definitely not in the set as
+// of position pos: every transaction that ended at or before pos has been
+// applied (read-your-writes: pos is the writer's
+// pg_current_wal_insert_lsn() taken after its commit). While the set has
+// not applied pos, or its lag was not checked within MaxLag, it reports
+// true. A set in ModeRebuild has no position: ErrNoPosition.
+func (s *Store) MayContainAt(name string, item []byte, pos changefeed.Position) (bool, error) {
+	t := s.sets[name]
+	if t == nil {
+		return false, ErrNotSet
+	}
+	if t.cfg.Keeper == nil {
+		return false, ErrNoPosition
+	}
+	return t.gate.MayContainAt(item, pos), nil
+}
+
+// BGExists answers exactly whether key is in the table-backed set name.
+// In ModeFollow: the filter first, then, on "maybe" (or while the set is
+// not ready), the confirm query; "absent" from the filter covers every row
+// committed more than the set's lag ago (BGExistsAt covers a given
+// position). In ModeRebuild the filter cannot know of rows written since
+// its last build, so every key goes to the confirm query. A confirm that
+// finds nothing after a "maybe" is counted as an observed false positive in
+// the set's stats.
 func (s *Store) BGExists(ctx context.Context, name, key string) (bool, error) {
+	return s.bgExists(ctx, name, key, 0, false)
+}
+
+// BGExistsAt is BGExists as of position pos (see MayContainAt): the filter
+// answers "absent" only once the set has applied pos. A set in ModeRebuild
+// confirms every key, as BGExists does.
+func (s *Store) BGExistsAt(ctx context.Context, name, key string, pos changefeed.Position) (bool, error) {
+	return s.bgExists(ctx, name, key, pos, true)
+}
+
+func (s *Store) bgExists(ctx context.Context, name, key string, pos changefeed.Position, at bool) (bool, error) {
 	t := s.sets[name]
 	if t == nil {
 		return false, ErrNotSet
@@ -169,13 +379,27 @@ func (s *Store) BGExists(ctx context.Context, name, key string) (bool, error) {
 	if t.cfg.Confirm == nil {
 		return false, ErrNoConfirm
 	}
-	_, found, err := bloomgate.Lookup(ctx, t.gate, key, func(ctx context.Context) (struct{}, bool, error) {
+	confirm := func(ctx context.Context) (struct{}, bool, error) {
 		t.confirms.Add(1)
 		ok, err := t.cfg.Confirm.Exists(ctx, key)
 		return struct{}{}, ok, err
-	})
+	}
+	var found bool
+	var err error
+	switch {
+	case t.cfg.Keeper == nil:
+		_, found, err = confirm(ctx)
+	case at && t.gate.MayContainAt(stringBytes(key), pos):
+		_, found, err = confirm(ctx)
+	case at:
+		return false, nil
+	default:
+		_, found, err = bloomgate.Lookup(ctx, t.gate, key, confirm)
+	}
 	if err != nil {
 		return false, &Error{"confirm_failed", "ERR confirm query failed: " + err.Error()}
 	}
 	return found, nil
 }
+
+func stringBytes(s string) []byte { return []byte(s) }

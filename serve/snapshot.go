@@ -5,10 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/bloomgate/bloomgate/internal/atomicfile"
 	"github.com/bloomgate/bloomgate/internal/crc32c"
@@ -124,7 +124,7 @@ func writeSnapshot(w io.Writer, nextLSN uint64, objs []*object) error {
 	var buf []byte
 	for _, o := range objs {
 		o.mu.Lock()
-		if o.dead {
+		if o.dead || o.table != nil { // a table-backed set is rebuilt from its table
 			o.mu.Unlock()
 			continue
 		}
@@ -151,25 +151,13 @@ func writeSnapshot(w io.Writer, nextLSN uint64, objs []*object) error {
 	return bw.Flush()
 }
 
-// crcReader hashes what it reads.
-type crcReader struct {
-	r   io.Reader
-	crc hash.Hash32
-}
-
-func (c *crcReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.crc.Write(p[:n])
-	return n, err
-}
-
 // readSnapshot decodes a snapshot of size bytes. Every failure wraps
 // ErrCorruptSnapshot.
-func readSnapshot(r io.Reader, size, maxFilter int64) (uint64, []*object, error) {
+func readSnapshot(r io.Reader, size, maxFilter int64, now func() time.Time) (uint64, []*object, error) {
 	fail := func(format string, args ...any) (uint64, []*object, error) {
 		return 0, nil, fmt.Errorf("%w: %s", ErrCorruptSnapshot, fmt.Sprintf(format, args...))
 	}
-	cr := &crcReader{r: bufio.NewReaderSize(r, 1<<16), crc: crc32c.New()}
+	cr := crc32c.NewReader(bufio.NewReaderSize(r, 1<<16))
 	var hdr [16]byte
 	if _, err := io.ReadFull(cr, hdr[:]); err != nil || string(hdr[:8]) != snapshotMagic {
 		return fail("bad header")
@@ -208,16 +196,16 @@ func readSnapshot(r io.Reader, size, maxFilter int64) (uint64, []*object, error)
 		if err != nil || rec.op != opPut || seen[rec.name] {
 			return fail("bad entry %d", len(objs))
 		}
-		o, err := objectFromPut(rec, maxFilter)
+		o, err := objectFromPut(rec, maxFilter, now)
 		if err != nil {
 			return fail("key %q: %v", rec.name, err)
 		}
 		seen[rec.name] = true
 		objs = append(objs, o)
 	}
-	want := cr.crc.Sum32()
+	want := cr.Sum32()
 	var sum [4]byte
-	if _, err := io.ReadFull(cr.r, sum[:]); err != nil {
+	if _, err := io.ReadFull(cr.R, sum[:]); err != nil {
 		return fail("truncated")
 	}
 	if binary.LittleEndian.Uint32(sum[:]) != want {
@@ -316,7 +304,7 @@ func (s *Store) loadSnapshot(segs []uint64) (from, nextLSN uint64, err error) {
 	var firstErr error
 	for _, g := range gens {
 		path := filepath.Join(dir, g.name)
-		nextLSN, objs, err := readSnapshotFile(path, s.cfg.MaxFilterBytes)
+		nextLSN, objs, err := readSnapshotFile(path, s.cfg.MaxFilterBytes, s.cfg.Now)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = fmt.Errorf("%s: %w", path, err)
@@ -365,7 +353,7 @@ func (s *Store) markDamaged(names []string) {
 	}
 }
 
-func readSnapshotFile(path string, maxFilter int64) (uint64, []*object, error) {
+func readSnapshotFile(path string, maxFilter int64, now func() time.Time) (uint64, []*object, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, nil, err
@@ -375,7 +363,7 @@ func readSnapshotFile(path string, maxFilter int64) (uint64, []*object, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return readSnapshot(f, size, maxFilter)
+	return readSnapshot(f, size, maxFilter, now)
 }
 
 // replaySegment applies a log segment and returns the last LSN in it. A
@@ -430,7 +418,7 @@ func (s *Store) apply(r *record) error {
 		if o != nil {
 			return nil
 		}
-		o, err := newObject(r.name, r.meta)
+		o, err := newObject(r.name, r.meta, s.cfg.Now)
 		if err != nil {
 			return fmt.Errorf("serve: replay create %q: %w", r.name, err)
 		}
@@ -438,7 +426,7 @@ func (s *Store) apply(r *record) error {
 		s.keys[r.name] = o
 		s.used.Add(o.bytes)
 	case opPut:
-		n, err := objectFromPut(r, s.cfg.MaxFilterBytes)
+		n, err := objectFromPut(r, s.cfg.MaxFilterBytes, s.cfg.Now)
 		if err != nil {
 			return fmt.Errorf("serve: replay restore %q: %w", r.name, err)
 		}
@@ -452,6 +440,13 @@ func (s *Store) apply(r *record) error {
 			delete(s.keys, r.name)
 			s.used.Add(-o.bytes)
 		}
+	case opXAdd:
+		if o == nil || o.wf == nil {
+			return nil
+		}
+		s.replayXAdd(o, r)
+		o.lsn = r.lsn
+		s.remeasure(o)
 	case opAdd, opAddNX, opRemove:
 		if o == nil {
 			return nil

@@ -57,6 +57,9 @@ type Config struct {
 	MaxFilterBytes int64
 	// Sets declares the table-backed sets.
 	Sets []SetConfig
+	// ExpiringSets declares the table-backed expiring sets (see
+	// ExpiringSetConfig).
+	ExpiringSets []ExpiringSetConfig
 	// Logger receives warnings (a truncated log tail) and events.
 	// Default: discard.
 	Logger *slog.Logger
@@ -68,6 +71,10 @@ type Config struct {
 	// and CF.INSERT. Default: RedisBloom's: capacity 1024, bucket size 2,
 	// 20 max iterations, expansion 1.
 	CuckooDefaults CuckooParams
+	// Now is the clock expiring keys (BG.X*) read: an item is remembered
+	// until its expiry by this clock, and generations are dropped by it.
+	// Default: time.Now. Tests inject a fake one.
+	Now func() time.Time
 
 	fs logFS // creates log segments; nil: the operating system's files
 }
@@ -111,6 +118,8 @@ const (
 	KindBloom  Kind = 1 // a scalable Bloom filter (BF.*)
 	KindCuckoo Kind = 2 // a cuckoo filter (CF.*)
 	KindSet    Kind = 3 // a table-backed set
+	// KindExpiring is a filter whose items expire (BG.X*, filter.Windowed).
+	KindExpiring Kind = 4
 )
 
 // TypeName returns the name TYPE replies with: RedisBloom's module type
@@ -122,6 +131,8 @@ func (k Kind) TypeName() string {
 		return "MBbloom--"
 	case KindCuckoo:
 		return "MBbloomCF"
+	case KindExpiring:
+		return expiringTypeName
 	}
 	return "none"
 }
@@ -134,6 +145,8 @@ func (k Kind) String() string {
 		return "cuckoo"
 	case KindSet:
 		return "set"
+	case KindExpiring:
+		return "expiring"
 	}
 	return "none"
 }
@@ -146,6 +159,14 @@ type object struct {
 	meta meta
 	bf   *filter.Scalable
 	cf   *filter.Cuckoo
+	wf   *filter.Windowed // KindExpiring
+
+	// failOpenUntil (Unix ns) makes an expiring key answer "present" to
+	// every lookup until then: set when replay could not hold an item.
+	failOpenUntil atomic.Int64
+	// table is set for a table-backed expiring set: not logged, not
+	// snapshotted, not deletable.
+	table *expiringTable
 
 	card    atomic.Uint64 // BF: adds that were new; CF: fingerprints inserted
 	deletes atomic.Uint64 // CF: successful deletes
@@ -204,6 +225,16 @@ func Open(cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
+	if err := s.openExpiringSets(); err != nil {
+		s.closeSets()
+		if s.aof != nil {
+			s.aof.close()
+		}
+		if s.lock != nil {
+			s.lock.Close()
+		}
+		return nil, err
+	}
 	for _, set := range s.sets {
 		s.bgDone.Add(1)
 		go func() {
@@ -215,6 +246,7 @@ func Open(cfg Config) (*Store, error) {
 		s.bgDone.Add(1)
 		go s.background()
 	}
+	s.startExpiry()
 	return s, nil
 }
 
@@ -241,6 +273,9 @@ func fillDefaults(cfg *Config) error {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	cfg.BloomDefaults = cfg.BloomDefaults.withDefaults()
 	cfg.CuckooDefaults = cfg.CuckooDefaults.withDefaults()
@@ -387,7 +422,7 @@ func (s *Store) Exists(names []string) int {
 // A table-backed set cannot be deleted: ErrSetReadOnly.
 func (s *Store) Del(names []string) (int, error) {
 	for _, name := range names {
-		if s.sets[name] != nil {
+		if s.sets[name] != nil || s.isExpiringSet(name) {
 			return 0, ErrSetReadOnly
 		}
 	}
@@ -491,6 +526,9 @@ func (s *Store) remeasure(o *object) {
 }
 
 func (o *object) subFilters() int {
+	if o.wf != nil {
+		return o.wf.Live()
+	}
 	if o.bf != nil {
 		return o.bf.Filters()
 	}
@@ -498,6 +536,9 @@ func (o *object) subFilters() int {
 }
 
 func (o *object) sizeBytes() int64 {
+	if o.wf != nil {
+		return int64(o.wf.Bytes())
+	}
 	if o.bf != nil {
 		return int64(o.bf.Stats().Bytes)
 	}
@@ -505,6 +546,9 @@ func (o *object) sizeBytes() int64 {
 }
 
 func (o *object) hash(item []byte) uint64 {
+	if o.wf != nil {
+		return o.wf.Hash(item)
+	}
 	if o.bf != nil {
 		return o.bf.Hash(item)
 	}
@@ -539,7 +583,7 @@ func (s *Store) Ready() bool {
 			return false
 		}
 	}
-	return true
+	return s.expiringSetsReady()
 }
 
 func fileSize(f *os.File) (int64, error) {

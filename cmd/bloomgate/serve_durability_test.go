@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -245,4 +246,143 @@ func TestServeFullDisk(t *testing.T) {
 	startServe(t, bin, args...)
 	acked.check(t, ctx, rdb)
 	t.Logf("%d BF.ADD, %d CF.ADD, %d BF.RESERVE acknowledged and checked", len(acked.bf), len(acked.cf), len(acked.reserve))
+}
+
+// addItems BF.ADDs n items named prefix-i to key, one command each.
+func addItems(t *testing.T, ctx context.Context, rdb *redis.Client, key, prefix string, n int) []string {
+	t.Helper()
+	var out []string
+	for i := range n {
+		item := fmt.Sprintf("%s-%d", prefix, i)
+		if err := rdb.BFAdd(ctx, key, item).Err(); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, item)
+	}
+	return out
+}
+
+// missing returns the items BF.MEXISTS key reports absent.
+func missing(t *testing.T, ctx context.Context, rdb *redis.Client, key string, items []string) []string {
+	t.Helper()
+	args := []any{"BF.MEXISTS", key}
+	for _, it := range items {
+		args = append(args, it)
+	}
+	res, err := rdb.Do(ctx, args...).BoolSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for i, ok := range res {
+		if !ok {
+			out = append(out, items[i])
+		}
+	}
+	return out
+}
+
+// TestServeLogDamage flips one byte in the middle of the log of a killed
+// server. The start must stop naming the file, the offset and the check
+// subcommand (not drop the rest of the log as a torn tail); `serve check`
+// reports the damage and exits 1; `serve check -repair` keeps a copy and
+// drops only the damaged record; the server then starts with every other
+// acknowledged write.
+func TestServeLogDamage(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	args := []string{"-resp", addr, "-http", "", "-data", dir, "-appendfsync", "always"}
+	srv := startServe(t, bin, args...)
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer rdb.Close()
+	ctx := context.Background()
+	acked := addItems(t, ctx, rdb, "bf", "item", 2000)
+	srv.cmd.Process.Signal(syscall.SIGKILL)
+	srv.wait()
+
+	segs, _ := filepath.Glob(filepath.Join(dir, "log-*.aof"))
+	if len(segs) != 1 {
+		t.Fatalf("segments %v, want one", segs)
+	}
+	data, err := os.ReadFile(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x01
+	if err := os.WriteFile(segs[0], data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// A server that starts would run until killed: 20 s is far more than a
+	// refusal takes.
+	startCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(startCtx, bin, append([]string{"serve"}, args...)...).CombinedOutput()
+	if startCtx.Err() != nil {
+		t.Fatalf("the server started on a damaged log; output:\n%s", out)
+	}
+	if err == nil || !strings.Contains(string(out), "is damaged at offset") || !strings.Contains(string(out), "bloomgate serve check") {
+		t.Fatalf("start on a damaged log: %v, want a refusal naming the offset and the check subcommand; output:\n%s", err, out)
+	}
+
+	out, err = exec.Command(bin, "serve", "check", "-data", dir).CombinedOutput()
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "DAMAGED") {
+		t.Fatalf("serve check on the damaged log: %v, want exit 1 and DAMAGED; output:\n%s", err, out)
+	}
+	out, err = exec.Command(bin, "serve", "check", "-data", dir, "-repair").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "repaired") {
+		t.Fatalf("serve check -repair: %v; output:\n%s", err, out)
+	}
+	copies, _ := filepath.Glob(filepath.Join(dir, "repair-*", filepath.Base(segs[0])))
+	if len(copies) != 1 {
+		t.Fatalf("no copy of the damaged segment after the repair; output:\n%s", out)
+	}
+
+	startServe(t, bin, args...)
+	if lost := missing(t, ctx, rdb, "bf", acked); len(lost) > 1 {
+		t.Fatalf("%d of %d acknowledged adds lost after the repair (at most the damaged record's one may be): %v", len(lost), len(acked), lost[:min(5, len(lost))])
+	}
+}
+
+// TestServeCorruptSnapshot damages the newest snapshot of a stopped server:
+// the start falls back to the previous snapshot and the log, and every
+// acknowledged write is there.
+func TestServeCorruptSnapshot(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	args := []string{"-resp", addr, "-http", "", "-data", dir}
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer rdb.Close()
+	var acked []string
+	for round := range 3 { // each SIGTERM writes a snapshot
+		srv := startServe(t, bin, args...)
+		acked = append(acked, addItems(t, ctx, rdb, "bf", fmt.Sprint("round", round), 300)...)
+		srv.cmd.Process.Signal(syscall.SIGTERM)
+		if err := srv.wait(); err != nil {
+			t.Fatalf("SIGTERM: %v\n%s", err, srv.stderr)
+		}
+	}
+	snaps, _ := filepath.Glob(filepath.Join(dir, "snapshot*.bgs")) // sorted: the newest is last
+	if len(snaps) == 0 {
+		t.Fatal("no snapshot")
+	}
+	newest := snaps[len(snaps)-1]
+	data, err := os.ReadFile(newest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x01
+	if err := os.WriteFile(newest, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServe(t, bin, args...)
+	if lost := missing(t, ctx, rdb, "bf", acked); len(lost) > 0 {
+		t.Fatalf("%d of %d acknowledged adds lost: %v", len(lost), len(acked), lost[:min(5, len(lost))])
+	}
+	if !strings.Contains(srv.stderr.String(), "snapshot is damaged") {
+		t.Errorf("no word of the damaged snapshot; stderr:\n%s", srv.stderr)
+	}
 }

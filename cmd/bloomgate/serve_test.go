@@ -297,6 +297,7 @@ data %s
 requirepass pw
 set users {
   sqlite %s
+  follow no
   query SELECT email FROM users
   confirm SELECT 1 FROM users WHERE email = ?
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
@@ -158,12 +159,8 @@ func (f *Feeder) acquire(ctx context.Context) (uint64, error) {
 		if !errors.Is(err, js.ErrKeyExists) {
 			f.s.cfg.Logger.Warn("bloomgate: feeder lease", "err", err)
 		}
-		t := time.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, ctx.Err()
-		case <-t.C:
+		if err := backoff.Sleep(ctx, every); err != nil {
+			return 0, err
 		}
 	}
 }
@@ -406,7 +403,7 @@ func (pf *publishingFeed) publish(ctx context.Context, data []byte, prev, end ch
 	m.Data = data
 	m.Header.Set("Bg-Lsn", end.String())
 	m.Header.Set("Bg-Prev-Lsn", prev.String())
-	backoff := 50 * time.Millisecond
+	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for {
 		pctx, cancel := context.WithTimeout(ctx, pf.f.cfg.PublishTimeout)
 		ack, err := s.cfg.JetStream.PublishMsg(pctx, m, js.WithMsgID(strconv.FormatUint(uint64(end), 10)), js.WithExpectLastSequence(seq))
@@ -427,13 +424,8 @@ func (pf *publishingFeed) publish(ctx context.Context, data []byte, prev, end ch
 			return 0, ctx.Err()
 		}
 		s.cfg.Logger.Warn("bloomgate: feeder publish failed, retrying", "end", end, "err", err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, ctx.Err()
-		case <-t.C:
+		if err := retry.Wait(ctx); err != nil {
+			return 0, err
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }

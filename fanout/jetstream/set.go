@@ -24,6 +24,10 @@
 // One Feeder per set (any number may run; the lease picks one) follows the
 // database and publishes; every instance runs bloomgate.Gate.Follow over an
 // Instance and its Snapshots. See Feeder and Instance for their guarantees.
+//
+// A Set, its Feeders and its Instances are safe for concurrent use.
+// docs/design.md tabulates the guarantees and their tests; docs/operations.md
+// lists the JetStream settings.
 package jetstream
 
 import (
@@ -39,6 +43,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
@@ -260,7 +265,7 @@ func (s *Set) find(ctx context.Context, pos changefeed.Position) (uint64, error)
 func (s *Set) read(ctx context.Context, start uint64, pos changefeed.Position, until uint64,
 	apply func(t changefeed.Txn, next uint64) error) (changefeed.Position, error) {
 	next := start
-	backoff := 50 * time.Millisecond
+	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for {
 		if until > 0 && next > until {
 			return pos, nil
@@ -274,14 +279,9 @@ func (s *Set) read(ctx context.Context, start uint64, pos changefeed.Position, u
 			return pos, err
 		}
 		s.cfg.Logger.Warn("bloomgate: jetstream consumer failed, recreating", "seq", next, "err", err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return pos, ctx.Err()
-		case <-t.C:
+		if err := retry.Wait(ctx); err != nil {
+			return pos, err
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
@@ -146,12 +147,8 @@ func (f *Feeder) acquire(ctx context.Context) error {
 		if err != nil {
 			f.s.cfg.Logger.Warn("bloomgate: feeder lease", "err", err)
 		}
-		t := time.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := backoff.Sleep(ctx, every); err != nil {
+			return err
 		}
 	}
 }
@@ -324,7 +321,7 @@ func (af *appendingFeed) appendLoop(ctx context.Context, q <-chan changefeed.Txn
 // WaitReplicas it then waits for the replicas.
 func (af *appendingFeed) append(ctx context.Context, expect, id string, data []byte) error {
 	s := af.f.s
-	backoff := 50 * time.Millisecond
+	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for {
 		var err error
 		var wait *redis.Cmd
@@ -359,13 +356,8 @@ func (af *appendingFeed) append(ctx context.Context, expect, id string, data []b
 			return ctx.Err()
 		}
 		s.cfg.Logger.Warn("bloomgate: feeder append failed, retrying", "id", id, "err", err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := retry.Wait(ctx); err != nil {
+			return err
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }

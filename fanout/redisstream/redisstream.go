@@ -35,6 +35,9 @@
 // Trimming (Config.MaxLen) is silent in Redis (XREAD from a trimmed ID
 // returns the oldest surviving entries); instances detect it from each
 // batch's previous position. Redis pub/sub is not used.
+//
+// A Set, its Feeders and its Instances are safe for concurrent use.
+// docs/operations.md lists the Redis settings.
 package redisstream
 
 import (
@@ -50,6 +53,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/defaults"
 )
 
@@ -179,7 +183,7 @@ func (s *Set) tail(ctx context.Context) (changefeed.Position, error) {
 // history).
 func (s *Set) read(ctx context.Context, pos, until changefeed.Position, apply func(changefeed.Txn) error) (changefeed.Position, error) {
 	last := entryID(pos)
-	backoff := 50 * time.Millisecond
+	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for {
 		if until > 0 && pos >= until {
 			return pos, nil
@@ -193,17 +197,12 @@ func (s *Set) read(ctx context.Context, pos, until changefeed.Position, apply fu
 				return pos, ctx.Err()
 			}
 			s.cfg.Logger.Warn("bloomgate: redis stream read failed, retrying", "err", err)
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return pos, ctx.Err()
-			case <-t.C:
+			if err := retry.Wait(ctx); err != nil {
+				return pos, err
 			}
-			backoff = min(2*backoff, 2*time.Second)
 			continue
 		}
-		backoff = 50 * time.Millisecond
+		retry.Reset()
 		for _, st := range res {
 			for _, m := range st.Messages {
 				d, _ := m.Values["d"].(string)

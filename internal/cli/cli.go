@@ -27,12 +27,16 @@ func commands() []command {
 		{"size", "print the size and false-positive rates of a Bloom filter", runSize},
 		{"feed", "set up and inspect the PostgreSQL change feed (feed setup, feed status)", runFeed},
 		{"serve", "serve filters over the Redis protocol (RedisBloom's commands) and HTTP", runServe},
+		{"version", "print the build: version, VCS revision, Go version", runVersion},
 	}
 }
 
 // Run runs the command line args (without the program name) and returns the
 // process exit code: 0 on success, 1 on failure, 2 on bad usage.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "-version" || args[0] == "--version") {
+		args = []string{"version"}
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr)
 		if len(args) == 0 {

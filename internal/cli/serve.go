@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/internal/version"
 	"github.com/bloomgate/bloomgate/serve"
 	"github.com/bloomgate/bloomgate/serve/httpapi"
 	"github.com/bloomgate/bloomgate/serve/resp"
@@ -24,11 +25,12 @@ import (
 )
 
 const serveUsage = `usage: bloomgate serve [-config FILE] [-resp ADDR] [-http ADDR] [-data DIR] [-requirepass PASSWORD] [-appendfsync POLICY]
+       bloomgate serve check [-data DIR] [-repair]
 
 Serves filters over the Redis protocol (RedisBloom's BF.* and CF.* commands,
 plus BG.EXISTS) and over HTTP (JSON under /v1, /metrics, /healthz, /readyz).
 With no config file it serves standalone filters; the config file declares
-table-backed sets (see the README's Serve section for its format).
+table-backed sets (docs/serve.md describes its format).
 
 The password also comes from the environment variable BLOOMGATE_PASSWORD.
 Flags override the environment, which overrides the config file. Binding a
@@ -39,6 +41,9 @@ flags:
 `
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "check" {
+		return runServeCheck(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveUsage)
@@ -136,8 +141,13 @@ func serveMain(ctx context.Context, file *serveFile, log *slog.Logger, stdout io
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	sets, closeSources, err := openSets(ctx, file.Sets, reg)
+	sets, closeSources, err := openSets(ctx, file.Sets, file.Data, reg, log)
 	defer closeSources()
+	if err != nil {
+		return err
+	}
+	expiringSets, closeExpiring, err := openExpiringSets(ctx, file.Sets)
+	defer closeExpiring()
 	if err != nil {
 		return err
 	}
@@ -147,12 +157,14 @@ func serveMain(ctx context.Context, file *serveFile, log *slog.Logger, stdout io
 		SnapshotInterval: file.SnapshotInterval,
 		MaxMemory:        file.MaxMemory,
 		Sets:             sets,
+		ExpiringSets:     expiringSets,
 		Logger:           log,
 	})
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	reg.MustRegister(setCollector{store})
 
 	var respSrv *resp.Server
 	var httpSrv *http.Server
@@ -223,26 +235,33 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-// openSets connects the sets' sources. The returned func closes them.
-func openSets(ctx context.Context, decls []setDecl, reg prometheus.Registerer) ([]serve.SetConfig, func(), error) {
+// openSets connects the sets' sources, and for followed sets checks their
+// change feed and fan-out (see openKeeper). The returned func closes them.
+func openSets(ctx context.Context, decls []setDecl, dataDir string, reg prometheus.Registerer, log *slog.Logger) ([]serve.SetConfig, func(), error) {
 	var closers []func()
 	closeAll := func() {
-		for _, c := range closers {
-			c()
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
 		}
 	}
 	var out []serve.SetConfig
 	for _, d := range decls {
+		if d.Kind == "expiring" {
+			continue // openExpiringSets
+		}
 		sc := serve.SetConfig{Name: d.Name, Kind: d.Kind, FPRate: d.FPRate, Capacity: d.Capacity,
 			RebuildInterval: d.RebuildInterval, Registerer: reg}
 		if d.Normalize == "lowertrim" {
 			sc.Normalizer = bloomgate.LowerTrim
 		}
+		timeout := orDefault(d.ConnectTimeout, defaultConnectTimeout)
 		switch {
 		case d.Postgres != "":
-			pool, err := postgres.Connect(ctx, d.Postgres)
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			pool, err := postgres.Connect(cctx, d.Postgres)
+			cancel()
 			if err != nil {
-				return nil, closeAll, fmt.Errorf("set %q: %w", d.Name, err)
+				return nil, closeAll, fmt.Errorf("set %q: postgres: %w", d.Name, timeoutHint(err, cctx, timeout))
 			}
 			closers = append(closers, pool.Close)
 			src, err := postgres.New(postgres.Config{Pool: pool, Query: d.Query, Table: d.Table, Column: d.Column})
@@ -253,10 +272,10 @@ func openSets(ctx context.Context, decls []setDecl, reg prometheus.Registerer) (
 			if d.Confirm != "" {
 				sc.Confirm = postgres.Confirm{Pool: pool, Query: d.Confirm}
 			}
-		default:
+		case d.SQLite != "":
 			db, err := sqlite.Open(d.SQLite)
 			if err != nil {
-				return nil, closeAll, fmt.Errorf("set %q: %w", d.Name, err)
+				return nil, closeAll, fmt.Errorf("set %q: sqlite: %w", d.Name, err)
 			}
 			closers = append(closers, func() { db.Close() })
 			src, err := sqlite.New(sqlite.Config{DB: db, Query: d.Query, Table: d.Table, Column: d.Column})
@@ -267,6 +286,14 @@ func openSets(ctx context.Context, decls []setDecl, reg prometheus.Registerer) (
 			if d.Confirm != "" {
 				sc.Confirm = sqlite.Confirm{DB: db, Query: d.Confirm}
 			}
+		}
+		if d.Follow {
+			k, cs, err := openKeeper(ctx, d, sc, dataDir, log.With("set", d.Name))
+			closers = append(closers, cs...)
+			if err != nil {
+				return nil, closeAll, err
+			}
+			sc.Keeper = k
 		}
 		out = append(out, sc)
 	}
@@ -295,4 +322,21 @@ func registerServerMetrics(reg *prometheus.Registry, store *serve.Store, srv *re
 		counter("bloomgate_serve_resp_rejected_connections_total", "Connections refused by maxclients.", func() float64 { return float64(srv.Stats().ConnectionsRejected) }),
 		counter("bloomgate_serve_resp_commands_total", "Redis protocol commands processed.", func() float64 { return float64(srv.Stats().Commands) }),
 	)
+}
+
+func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: bloomgate version\n\nPrints the build: version (\"devel\" for a build from a work tree), VCS revision, Go version.")
+	}
+	if code := parseFlags(fs, args, stderr); code >= 0 {
+		return code
+	}
+	v := version.Get()
+	fmt.Fprintf(stdout, "bloomgate %s\n", v.Version)
+	if v.Revision != "" {
+		fmt.Fprintf(stdout, "revision %s\n", v.Revision)
+	}
+	fmt.Fprintf(stdout, "go %s\n", v.GoVersion)
+	return exitOK
 }

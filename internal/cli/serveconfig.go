@@ -2,11 +2,14 @@ package cli
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bloomgate/bloomgate/fanout"
 )
 
 // serveFile is the `bloomgate serve -config FILE` format: one "key value"
@@ -23,11 +26,14 @@ import (
 //
 //	set users {
 //	  postgres postgres://app@127.0.0.1:5432/app
-//	  query SELECT email FROM users
+//	  table users
+//	  column email
 //	  confirm SELECT 1 FROM users WHERE email = $1
 //	  normalize lowertrim
 //	  kind bloom
 //	  fp-rate 0.001
+//	  # follow yes: the change feed (the default); follow no: rebuild-only
+//	  # fanout jetstream, nats nats://a:4222,nats://b:4222, replicas 3
 //	}
 //
 // An unknown key, a repeated key, or a bad value is an error naming the key
@@ -50,12 +56,53 @@ type serveFile struct {
 // setDecl is one "set NAME { … }" block.
 type setDecl struct {
 	Name, Line                    string
-	Postgres, SQLite              string // exactly one: the DSN or the file
+	Postgres, SQLite              string // at most one: the DSN or the file
 	Query, Table, Column, Confirm string
 	Kind, Normalize               string
 	FPRate                        float64
 	Capacity                      uint64
 	RebuildInterval               time.Duration
+	// kind expiring: see serve_expiring.go
+	FollowGiven   bool // "follow" was written
+	ExpiresColumn string
+	MaxTTL        time.Duration
+	Generations   int
+
+	// The change feed. Follow is false only with "follow no".
+	Follow            bool
+	Slot, Publication string
+	MaxLag            time.Duration // FollowConfig.MaxLag; 0: its default
+	SnapshotInterval  time.Duration // FollowConfig.SnapshotInterval; 0: its default
+	ConnectTimeout    time.Duration // bound on each start-up check; 0: defaultConnectTimeout
+
+	// The fan-out: "" (none), "jetstream" or "redis".
+	Fanout   string
+	Feeder   string // "yes", "no" or "" (yes when the set has a postgres DSN)
+	LeaseTTL time.Duration
+	Replicas int
+	NATS     natsDecl
+	Redis    string // redis:// or rediss:// URL
+}
+
+// natsDecl is how a set reaches NATS, as nats.go takes it.
+type natsDecl struct {
+	URLs                   string // comma-separated
+	Creds, NKey            string // files
+	User, Password, Token  string
+	TLSCA, TLSCert, TLSKey string // files
+}
+
+// defaultConnectTimeout bounds each check serve makes of a set's servers at
+// start (connect, wal_level, publication, NATS, Redis), so that a server
+// that accepts and never answers is an error within seconds.
+const defaultConnectTimeout = 5 * time.Second
+
+// feeder reports whether this process may become the set's feeder.
+func (s *setDecl) feeder() bool {
+	if s.Feeder == "" {
+		return s.Postgres != ""
+	}
+	return s.Feeder == "yes"
 }
 
 type confLine struct {
@@ -112,7 +159,7 @@ func parseServeFile(r io.Reader) (*serveFile, error) {
 					return nil, fmt.Errorf("line %d: set %q declared twice", n, name)
 				}
 			}
-			set = &setDecl{Name: name, Line: strconv.Itoa(n)}
+			set = &setDecl{Name: name, Line: strconv.Itoa(n), Follow: true}
 			setSeen = map[string]int{}
 		default:
 			if prev, dup := seen[key]; dup {
@@ -130,15 +177,49 @@ func parseServeFile(r io.Reader) (*serveFile, error) {
 	if set != nil {
 		return nil, fmt.Errorf("line %s: set %q: missing closing \"}\"", set.Line, set.Name)
 	}
-	for _, s := range f.Sets {
-		if (s.Postgres == "") == (s.SQLite == "") {
-			return nil, fmt.Errorf("line %s: set %q: give exactly one of postgres or sqlite", s.Line, s.Name)
+	for i := range f.Sets {
+		if err := f.Sets[i].checkExpiring(); err != nil {
+			return nil, err
 		}
-		if s.Query == "" && (s.Table == "" || s.Column == "") {
-			return nil, fmt.Errorf("line %s: set %q: give query, or table and column", s.Line, s.Name)
+		if err := f.Sets[i].check(); err != nil {
+			return nil, fmt.Errorf("line %s: set %q: %w", f.Sets[i].Line, f.Sets[i].Name, err)
 		}
 	}
 	return f, nil
+}
+
+// check validates a set block as a whole.
+func (s *setDecl) check() error {
+	rebuildOnly := `or "follow no" for rebuild-only (rows written by others are not seen until a rebuild)`
+	switch {
+	case s.Postgres != "" && s.SQLite != "":
+		return errors.New("give one of postgres or sqlite, not both")
+	case s.Fanout == "" && s.Postgres == "" && s.SQLite == "":
+		return errors.New("give exactly one of postgres or sqlite")
+	case s.Fanout != "" && s.SQLite != "":
+		return errors.New("fanout: an sqlite set has no change feed to fan out")
+	case s.Fanout != "" && !s.Follow:
+		return errors.New(`fanout: a fanned-out set follows the change feed; remove "follow no"`)
+	case s.Fanout != "" && !fanout.ValidSet(s.Name):
+		return errors.New("fanout: the set's name must be 1-64 of A-Z a-z 0-9 _ - (it names the stream)")
+	case s.Fanout == "jetstream" && s.NATS.URLs == "":
+		return errors.New("fanout jetstream: give nats (a comma-separated list of URLs)")
+	case s.Fanout == "redis" && s.Redis == "":
+		return errors.New("fanout redis: give redis (a redis:// URL)")
+	case s.Fanout != "" && s.feeder() && s.Postgres == "":
+		return errors.New("feeder yes: the feeder follows the database: give postgres")
+	case s.Confirm != "" && s.Postgres == "" && s.SQLite == "":
+		return errors.New("confirm: the confirm query needs the database: give postgres")
+	case s.SQLite != "" && s.Follow:
+		return errors.New(`follow: SQLite has no change feed: add "follow no" (rebuild-only: rows written by others are not seen until a rebuild)`)
+	case s.Follow && (s.Table == "" || s.Column == ""):
+		return errors.New("follow: the change feed follows a column: give table and column (query is for rebuild-only sets), " + rebuildOnly)
+	case !s.Follow && s.Query == "" && (s.Table == "" || s.Column == ""):
+		return errors.New("give query, or table and column")
+	case !s.Follow && (s.Slot != "" || s.Publication != "" || s.MaxLag != 0 || s.SnapshotInterval != 0):
+		return errors.New(`slot, publication, max-lag and snapshot-interval need the change feed; remove "follow no"`)
+	}
+	return nil
 }
 
 func (l confLine) errorf(format string, args ...any) error {
@@ -203,8 +284,8 @@ func (s *setDecl) apply(l confLine) error {
 	case "confirm":
 		s.Confirm = l.value
 	case "kind":
-		if l.value != "bloom" && l.value != "cuckoo" {
-			return l.errorf("want bloom or cuckoo")
+		if l.value != "bloom" && l.value != "cuckoo" && l.value != "expiring" {
+			return l.errorf("want bloom, cuckoo or expiring")
 		}
 		s.Kind = l.value
 	case "normalize":
@@ -224,10 +305,69 @@ func (s *setDecl) apply(l confLine) error {
 		}
 	case "rebuild-interval":
 		s.RebuildInterval, err = l.duration()
+	case "expires-column", "max-ttl", "generations":
+		return s.applyExpiring(l)
+	case "follow":
+		s.Follow, err = l.yesNo()
+		s.FollowGiven = true
+	case "slot":
+		s.Slot = l.value
+	case "publication":
+		s.Publication = l.value
+	case "max-lag":
+		s.MaxLag, err = l.duration()
+	case "snapshot-interval":
+		s.SnapshotInterval, err = l.duration()
+	case "connect-timeout":
+		s.ConnectTimeout, err = l.duration()
+	case "fanout":
+		if l.value != "jetstream" && l.value != "redis" {
+			return l.errorf("want jetstream or redis")
+		}
+		s.Fanout = l.value
+	case "feeder":
+		if _, err := l.yesNo(); err != nil {
+			return err
+		}
+		s.Feeder = l.value
+	case "lease-ttl":
+		s.LeaseTTL, err = l.duration()
+	case "replicas":
+		s.Replicas, err = l.positiveInt()
+	case "nats":
+		s.NATS.URLs = l.value
+	case "nats-creds":
+		s.NATS.Creds = l.value
+	case "nats-nkey":
+		s.NATS.NKey = l.value
+	case "nats-user":
+		s.NATS.User = l.value
+	case "nats-password":
+		s.NATS.Password = l.value
+	case "nats-token":
+		s.NATS.Token = l.value
+	case "nats-tls-ca":
+		s.NATS.TLSCA = l.value
+	case "nats-tls-cert":
+		s.NATS.TLSCert = l.value
+	case "nats-tls-key":
+		s.NATS.TLSKey = l.value
+	case "redis":
+		s.Redis = l.value
 	default:
 		return fmt.Errorf("line %d: unknown key %q in set %q", l.n, l.key, s.Name)
 	}
 	return err
+}
+
+func (l confLine) yesNo() (bool, error) {
+	switch l.value {
+	case "yes":
+		return true, nil
+	case "no":
+		return false, nil
+	}
+	return false, l.errorf("want yes or no")
 }
 
 func (l confLine) duration() (time.Duration, error) {

@@ -18,6 +18,7 @@ timeout 5m
 
 set users {
   postgres postgres://postgres@127.0.0.1:5432/app
+  follow no
   query SELECT email FROM users
   confirm SELECT 1 FROM users WHERE email = $1
   normalize lowertrim
@@ -26,6 +27,7 @@ set users {
 }
 set orders {
   sqlite ./app.db
+  follow no
   table orders
   column code
 }
@@ -45,25 +47,56 @@ func TestParseServeFile(t *testing.T) {
 	}
 }
 
-// TestDocsConfig parses the config example in docs/serve.md.
+// TestDocsConfig parses every config example in docs/serve.md (the
+// fenced blocks marked conf): each must be a valid config file.
 func TestDocsConfig(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/serve.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	blocks := 0
+	rest := string(doc)
+	for {
+		var ok bool
+		_, rest, ok = strings.Cut(rest, "```conf\n")
+		if !ok {
+			break
+		}
+		var block string
+		block, rest, _ = strings.Cut(rest, "```")
+		blocks++
+		if _, err := parseServeFile(strings.NewReader(block)); err != nil {
+			t.Errorf("docs/serve.md config example %d: %v\n%s", blocks, err, block)
+		}
+	}
+	if blocks < 3 {
+		t.Errorf("docs/serve.md has %d config examples (```conf blocks), want at least 3", blocks)
+	}
+	// The first, in the config file section, is the one users copy.
 	_, rest, ok := strings.Cut(string(doc), "## Config file")
 	if !ok {
 		t.Fatal("docs/serve.md has no config file section")
 	}
-	_, rest, _ = strings.Cut(rest, "```\n")
+	_, rest, _ = strings.Cut(rest, "```conf\n")
 	block, _, _ := strings.Cut(rest, "```")
 	f, err := parseServeFile(strings.NewReader(block))
 	if err != nil {
 		t.Fatalf("docs/serve.md config: %v", err)
 	}
-	if f.Password != "s3cret" || f.Fsync != "everysec" || len(f.Sets) != 1 || f.Sets[0].Postgres == "" ||
-		f.Sets[0].Confirm != "SELECT 1 FROM users WHERE email = lower(trim($1))" || f.Sets[0].Query != "SELECT email FROM users" {
+	if f.Password != "s3cret" || f.Fsync != "everysec" || len(f.Sets) != 1 || f.Sets[0].Postgres == "" || !f.Sets[0].Follow ||
+		f.Sets[0].Confirm != "SELECT 1 FROM users WHERE email = lower(trim($1))" || f.Sets[0].Table != "users" || f.Sets[0].Column != "email" {
 		t.Errorf("docs/serve.md config parsed as %+v", f)
+	}
+	// The README's serve quick start.
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ = strings.Cut(string(readme), "## Quick start: serve")
+	_, rest, ok = strings.Cut(rest, "```conf\n")
+	block, _, _ = strings.Cut(rest, "```")
+	if f, err = parseServeFile(strings.NewReader(block)); !ok || err != nil || len(f.Sets) != 1 || !f.Sets[0].Follow {
+		t.Errorf("README serve quick start config (found %v): %v, parsed as %+v", ok, err, f)
 	}
 }
 
@@ -71,6 +104,17 @@ func TestParseServeFileErrors(t *testing.T) {
 	for _, tt := range []struct{ conf, want string }{
 		{"resp :1\nbogus 1\n", `line 2: unknown key "bogus"`},
 		{"set s {\n  sqlite x\n  query q\n  colour red\n}\n", `line 4: unknown key "colour" in set "s"`},
+		{"set s {\n  sqlite x\n  query q\n}\n", `line 1: set "s": follow: SQLite has no change feed: add "follow no"`},
+		{"set s {\n  postgres x\n  query q\n}\n", `line 1: set "s": follow: the change feed follows a column: give table and column`},
+		{"set s {\n  postgres x\n  table t\n  column c\n  follow maybe\n}\n", `line 5: follow: want yes or no`},
+		{"set s {\n  postgres x\n  table t\n  column c\n  fanout kafka\n}\n", `line 5: fanout: want jetstream or redis`},
+		{"set s {\n  postgres x\n  table t\n  column c\n  fanout jetstream\n}\n", `set "s": fanout jetstream: give nats`},
+		{"set s {\n  postgres x\n  table t\n  column c\n  fanout redis\n}\n", `set "s": fanout redis: give redis`},
+		{"set s {\n  table t\n  column c\n  fanout redis\n  redis redis://x\n  feeder yes\n}\n", `set "s": feeder yes: the feeder follows the database: give postgres`},
+		{"set s {\n  table t\n  column c\n  fanout redis\n  redis redis://x\n  confirm q\n}\n", `set "s": confirm: the confirm query needs the database`},
+		{"set s.x {\n  postgres x\n  table t\n  column c\n  fanout redis\n  redis redis://x\n}\n", `set "s.x": fanout: the set's name must be`},
+		{"set s {\n  postgres x\n  table t\n  column c\n  follow no\n  fanout redis\n  redis redis://x\n}\n", `set "s": fanout: a fanned-out set follows the change feed`},
+		{"set s {\n  sqlite x\n  query q\n  follow no\n  max-lag 5s\n}\n", `set "s": slot, publication, max-lag and snapshot-interval need the change feed`},
 		{"appendfsync sometimes\n", "line 1: appendfsync: want always, everysec or no"},
 		{"maxmemory lots\n", "line 1: maxmemory: want a size"},
 		{"resp a\nresp b\n", "line 2: resp given twice (first on line 1)"},

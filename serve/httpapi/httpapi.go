@@ -8,15 +8,26 @@
 //	PUT    /v1/sets/{name}                create a standalone filter (body: FilterSpec)
 //	DELETE /v1/sets/{name}                delete a standalone filter
 //	GET    /v1/sets/{name}/contains?key=K {"key":K,"may_contain":bool}
+//	GET    /v1/sets/{name}/contains?key=K&at=LSN   as of position LSN (read-your-writes)
 //	POST   /v1/sets/{name}/contains       body {"keys":[…]} → {"results":[bool…]}
 //	GET    /v1/sets/{name}/exists?key=K   exact (the confirm path): {"key":K,"exists":bool}
+//	GET    /v1/sets/{name}/exists?key=K&at=LSN     exact, as of position LSN
 //	POST   /v1/sets/{name}/keys           add, body {"keys":[…]} → {"added":[bool…]}
 //	DELETE /v1/sets/{name}/keys?key=K     remove (cuckoo filters): {"removed":bool}
 //
-// A table-backed set that is not ready answers may_contain true. Errors are
+// A table-backed set that is not ready answers may_contain true. The at
+// parameter is the writer's position, taken after its commit with SELECT
+// pg_current_wal_insert_lsn() (or a decimal integer): the answer is false
+// only if the key is absent with every transaction up to it applied; a set
+// that does not follow a change feed refuses it (no_position). /readyz
+// reports every table-backed set's mode, role, state, reason, position and
+// lag, and answers 503 while one is not ready. Errors are
 // {"error":{"code":C,"message":M}} with a stable code (see serve.Error; plus
 // "bad_request", "unauthorized", "method_not_allowed"). With a Token, every
 // route but /healthz and /readyz needs "Authorization: Bearer <token>".
+//
+// The http.Handler that Handler returns is safe for concurrent use.
+// docs/serve.md is the server's manual.
 package httpapi
 
 import (
@@ -29,6 +40,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/serve"
 )
 
@@ -53,6 +65,10 @@ type FilterSpec struct {
 	Expansion  int     `json:"expansion"`
 	NonScaling bool    `json:"nonscaling"`  // bloom: never grow
 	BucketSize int     `json:"bucket_size"` // cuckoo
+	// Expiring keys (kind "expiring"): MaxTTLSeconds is required; Capacity
+	// is the adds expected within one max TTL; error_rate defaults to 0.001.
+	MaxTTLSeconds int64 `json:"max_ttl_seconds"`
+	Generations   int   `json:"generations"`
 }
 
 // SetInfo describes one key in GET /v1/sets.
@@ -76,6 +92,8 @@ type SetInfo struct {
 	ObservedFP     uint64  `json:"observed_false_positives,omitempty"`
 	ObservedFPRate float64 `json:"observed_fp_rate,omitempty"`
 	HasConfirm     bool    `json:"has_confirm,omitempty"`
+	// Expiring describes an expiring key (kind "expiring").
+	Expiring *ExpiringInfo `json:"expiring,omitempty"`
 }
 
 type api struct {
@@ -152,6 +170,8 @@ var statusOf = map[string]int{
 	"closed":             http.StatusServiceUnavailable,
 	"loading":            http.StatusConflict,
 	"confirm_failed":     http.StatusBadGateway,
+	"no_position":        http.StatusConflict,
+	"bad_position":       http.StatusBadRequest,
 }
 
 func writeServeError(w http.ResponseWriter, err error) {
@@ -167,18 +187,53 @@ func writeServeError(w http.ResponseWriter, err error) {
 	writeError(w, http.StatusInternalServerError, "internal", err.Error())
 }
 
+// SetReadiness is one table-backed set in /readyz.
+type SetReadiness struct {
+	Ready bool   `json:"ready"`
+	Mode  string `json:"mode"`  // follow, rebuild, or rescan (a table-backed expiring set)
+	Role  string `json:"role"`  // none, follower, feeder, standby or instance
+	State string `json:"state"` // the gate's state: warming, ready, rebuilding, degraded
+	// Reason says why the set is not ready ("" when it is).
+	Reason string `json:"reason,omitempty"`
+	// Position is the change-feed position applied, as an LSN ("0/0" in
+	// rebuild mode); LagSeconds how far it is behind the feed's head.
+	Position   string  `json:"position"`
+	LagSeconds float64 `json:"lag_seconds"`
+}
+
+func readiness(s *serve.Set) SetReadiness {
+	st := s.Status()
+	return SetReadiness{Ready: st.Ready, Mode: st.Mode.String(), Role: st.Role.String(), State: st.State.String(),
+		Reason: st.Reason, Position: st.Position.String(), LagSeconds: st.Lag.Seconds()}
+}
+
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
-	sets := map[string]string{}
+	sets := map[string]SetReadiness{}
+	ready := true
 	for _, s := range a.store.Sets() {
-		st, _ := s.Stats().State, ""
-		sets[s.Name()] = st.String()
+		sr := readiness(s)
+		sets[s.Name()] = sr
+		ready = ready && sr.Ready
 	}
+	ready = a.expiringReadiness(sets) && ready
 	status := http.StatusOK
-	ready := a.store.Ready()
 	if !ready {
 		status = http.StatusServiceUnavailable
 	}
 	writeJSON(w, status, map[string]any{"ready": ready, "sets": sets})
+}
+
+// atParam returns the at parameter's position, if given.
+func atParam(w http.ResponseWriter, r *http.Request) (pos changefeed.Position, given, ok bool) {
+	if !r.URL.Query().Has("at") {
+		return 0, false, true
+	}
+	pos, err := serve.ParsePosition(r.URL.Query().Get("at"))
+	if err != nil {
+		writeServeError(w, err)
+		return 0, true, false
+	}
+	return pos, true, true
 }
 
 func (a *api) info(name string) (SetInfo, bool) {
@@ -204,6 +259,8 @@ func (a *api) info(name string) (SetInfo, bool) {
 			return SetInfo{}, false
 		}
 		return SetInfo{Name: name, Kind: "cuckoo", Ready: true, Capacity: ci.Capacity, Items: ci.Inserted - min(ci.Deleted, ci.Inserted), Bytes: ci.Size, Filters: ci.Filters}, true
+	case serve.KindExpiring:
+		return a.expiringInfo(name)
 	}
 	return SetInfo{}, false
 }
@@ -259,8 +316,10 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 	case "cuckoo":
 		p := serve.CuckooParams{Capacity: spec.Capacity, BucketSize: spec.BucketSize, Expansion: spec.Expansion}
 		err = a.store.CFReserve(name, p)
+	case "expiring":
+		err = a.createExpiring(name, spec)
 	default:
-		writeError(w, http.StatusBadRequest, "bad_argument", "kind must be bloom or cuckoo")
+		writeError(w, http.StatusBadRequest, "bad_argument", "kind must be bloom, cuckoo or expiring")
 		return
 	}
 	if err != nil {
@@ -305,12 +364,28 @@ func (a *api) contains(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	pos, at, ok := atParam(w, r)
+	if !ok {
+		return
+	}
+	if at {
+		may, err := a.store.MayContainAt(r.PathValue("name"), []byte(key), pos)
+		if err != nil {
+			writeServeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"key": key, "may_contain": may})
+		return
+	}
 	res := a.mayContain(r.PathValue("name"), [][]byte{[]byte(key)})
 	writeJSON(w, http.StatusOK, map[string]any{"key": key, "may_contain": res[0]})
 }
 
 type keysBody struct {
 	Keys []string `json:"keys"`
+	// An expiring key's adds take one of these (seconds, fractions allowed).
+	TTLSeconds *float64 `json:"ttl_seconds,omitempty"`
+	ExpiresAt  *float64 `json:"expires_at,omitempty"` // Unix seconds
 }
 
 func toBytes(keys []string) [][]byte {
@@ -334,7 +409,17 @@ func (a *api) exists(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	found, err := a.store.BGExists(r.Context(), r.PathValue("name"), key)
+	pos, at, ok := atParam(w, r)
+	if !ok {
+		return
+	}
+	var found bool
+	var err error
+	if at {
+		found, err = a.store.BGExistsAt(r.Context(), r.PathValue("name"), key, pos)
+	} else {
+		found, err = a.store.BGExists(r.Context(), r.PathValue("name"), key)
+	}
 	if err != nil {
 		writeServeError(w, err)
 		return
@@ -349,6 +434,10 @@ func (a *api) add(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("name")
 	keys := toBytes(body.Keys)
+	if a.store.Type(name) == serve.KindExpiring || body.TTLSeconds != nil || body.ExpiresAt != nil {
+		a.addExpiring(w, name, keys, body)
+		return
+	}
 	if a.store.Type(name) == serve.KindCuckoo {
 		res, full, err := a.store.CFAdd(name, keys, serve.CuckooParams{}, true, false)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/bloomgate/bloomgate/internal/version"
 	"github.com/bloomgate/bloomgate/serve"
 )
 
@@ -67,7 +68,10 @@ func init() {
 		{"cf.scandump", 3, false, cmdCFScanDump},
 		{"cf.loadchunk", 4, true, cmdCFLoadChunk},
 		{"bg.exists", 3, false, cmdBGExists},
+		{"bg.existsat", 4, false, cmdBGExistsAt},
+		{"bf.existsat", 4, false, cmdBFExistsAt},
 	}
+	list = append(list, expiringCommands...)
 	commandTable = make(map[string]*command, len(list))
 	for _, c := range list {
 		commandTable[c.name] = c
@@ -164,7 +168,10 @@ func cmdQuit(c *conn, _ [][]byte) {
 func cmdReset(c *conn, _ [][]byte) {
 	c.w.proto = 2
 	c.name = ""
-	c.authed = c.s.cfg.Password == ""
+	if c.s.cfg.Password != "" && c.authed {
+		c.authed = false
+		c.demote()
+	}
 	c.setLimits()
 	c.w.simple("RESET")
 }
@@ -181,6 +188,19 @@ func cmdSelect(c *conn, args [][]byte) {
 	}
 }
 
+// authenticate marks the connection authenticated, counting it against
+// MaxConns; past it, it replies and closes the connection instead.
+func (c *conn) authenticate() bool {
+	if err := c.promote(); err != nil {
+		c.w.errorMsg("ERR " + err.Error())
+		c.quit = true
+		return false
+	}
+	c.authed = true
+	c.setLimits()
+	return true
+}
+
 func cmdAuth(c *conn, args [][]byte) {
 	if len(args) > 3 {
 		c.w.errorMsg("ERR syntax error")
@@ -195,11 +215,13 @@ func cmdAuth(c *conn, args [][]byte) {
 		user, pass = string(args[1]), string(args[2])
 	}
 	if !c.s.checkPassword(user, pass) {
+		c.authFailed()
 		c.w.errorMsg("WRONGPASS invalid username-password pair or user is disabled.")
 		return
 	}
-	c.authed = true
-	c.setLimits()
+	if !c.authenticate() {
+		return
+	}
 	c.w.simple("OK")
 }
 
@@ -227,6 +249,7 @@ func cmdHello(c *conn, args [][]byte) {
 				return
 			}
 			if !c.s.checkPassword(string(args[i+1]), string(args[i+2])) {
+				c.authFailed()
 				c.w.errorMsg("WRONGPASS invalid username-password pair or user is disabled.")
 				return
 			}
@@ -239,6 +262,9 @@ func cmdHello(c *conn, args [][]byte) {
 			c.w.errorMsg("ERR Syntax error in HELLO option '" + string(clip(args[i])) + "'")
 			return
 		}
+	}
+	if authed && !c.authed && !c.authenticate() {
+		return
 	}
 	if !authed {
 		c.w.errorMsg("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
@@ -273,7 +299,10 @@ func cmdHello(c *conn, args [][]byte) {
 }
 
 // The versions we announce: the Redis version whose replies we follow, and
-// RedisBloom's module version numbering.
+// RedisBloom's module version numbering. Tools read INFO's redis_version to
+// decide what the server supports (Sidekiq refuses a version it considers
+// too old, for instance), so it names the Redis behaviour whose replies are
+// followed, not this server: bloomgate_version says which build runs.
 const (
 	redisVersion       = "7.4.0"
 	bloomModuleVersion = 20800
@@ -346,7 +375,7 @@ func cmdCommand(c *conn, args [][]byte) {
 func (c *conn) commandInfo(cmd *command) {
 	first, last := 0, 0
 	switch {
-	case strings.HasPrefix(cmd.name, "bf.") || strings.HasPrefix(cmd.name, "cf.") || cmd.name == "bg.exists" || cmd.name == "type":
+	case strings.HasPrefix(cmd.name, "bf.") || strings.HasPrefix(cmd.name, "cf.") || strings.HasPrefix(cmd.name, "bg.") || cmd.name == "type":
 		first, last = 1, 1
 	case cmd.name == "del" || cmd.name == "unlink" || cmd.name == "exists":
 		first, last = 1, -1
@@ -414,13 +443,14 @@ func cmdInfo(c *conn, _ [][]byte) {
 	st := c.s.Stats()
 	var b strings.Builder
 	host, _ := os.Hostname()
-	fmt.Fprintf(&b, "# Server\r\nredis_version:%s\r\nredis_mode:standalone\r\nbloomgate:1\r\nos:%s %s\r\nprocess_id:%d\r\nexecutable:%s\r\nhostname:%s\r\n\r\n",
-		redisVersion, runtime.GOOS, runtime.GOARCH, os.Getpid(), os.Args[0], host)
+	fmt.Fprintf(&b, "# Server\r\nredis_version:%s\r\nredis_mode:standalone\r\nbloomgate:1\r\nbloomgate_version:%s\r\nos:%s %s\r\nprocess_id:%d\r\nexecutable:%s\r\nhostname:%s\r\n\r\n",
+		redisVersion, version.String(), runtime.GOOS, runtime.GOARCH, os.Getpid(), os.Args[0], host)
 	fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\nmaxclients:%d\r\n\r\n", st.Connections, c.s.cfg.MaxConns)
 	fmt.Fprintf(&b, "# Memory\r\nused_memory:%d\r\nmaxmemory:%d\r\n\r\n", c.s.store.UsedMemory(), c.s.store.MaxMemory())
 	fmt.Fprintf(&b, "# Stats\r\ntotal_connections_received:%d\r\nrejected_connections:%d\r\ntotal_commands_processed:%d\r\n\r\n",
 		st.ConnectionsTotal, st.ConnectionsRejected, st.Commands)
 	fmt.Fprintf(&b, "# Modules\r\nmodule:name=bf,ver=%d,api=1,filters=0,usedby=[],using=[],options=[]\r\n\r\n", bloomModuleVersion)
+	c.infoBloomgate(&b)
 	if n := c.s.store.DBSize(); n > 0 {
 		fmt.Fprintf(&b, "# Keyspace\r\ndb0:keys=%d,expires=0,avg_ttl=0\r\n", n)
 	} else {

@@ -7,6 +7,9 @@
 // Config and answers a malformed request with "-ERR Protocol error: …"
 // before closing that connection only. Each connection runs in one
 // goroutine; replies to pipelined commands are flushed once per batch.
+//
+// A Server is safe for concurrent use. docs/serve.md lists every command and
+// where it differs from RedisBloom.
 package resp
 
 import (
@@ -22,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/serve"
 )
 
@@ -37,8 +41,23 @@ type Config struct {
 	// TLSConfig, if set, makes Serve speak TLS. Default: nil, plain TCP.
 	TLSConfig *tls.Config
 	// MaxConns bounds concurrent connections; more are answered with
-	// "-ERR max number of clients reached" and closed. Default: 10000.
+	// "-ERR max number of clients reached" and closed. With a Password it
+	// bounds authenticated connections (an AUTH past it gets that reply),
+	// and connections not yet authenticated count against MaxPreAuthConns
+	// instead, so strangers never lock out a client that has the password.
+	// Default: 10000.
 	MaxConns int
+	// MaxPreAuthConns bounds the connections that have not authenticated
+	// yet (with a Password). When a new one would pass it, the oldest of them
+	// is closed to make room. Default: 128.
+	MaxPreAuthConns int
+	// PreAuthTimeout closes a connection that has not authenticated this
+	// long after it was accepted (with a Password). Default: 10 seconds.
+	PreAuthTimeout time.Duration
+	// AuthFailureDelay delays the reply to a wrong password (AUTH or HELLO
+	// AUTH), doubling with each further failure on the connection, up to 32
+	// times it. Default: 100 ms.
+	AuthFailureDelay time.Duration
 	// MaxBulkLen bounds one argument. Default: 512 MiB (Redis'
 	// proto-max-bulk-len). Before authentication the bound is 16 KiB.
 	MaxBulkLen int64
@@ -55,13 +74,17 @@ type Config struct {
 }
 
 const (
-	defaultMaxConns  = 10000
-	defaultMaxBulk   = 512 << 20
-	defaultMaxArgs   = 1 << 20
-	defaultMaxInline = 64 << 10
-	preAuthMaxBulk   = 16 << 10
-	preAuthMaxArgs   = 10
-	readBufferSize   = 64 << 10
+	defaultMaxConns       = 10000
+	defaultMaxPreAuth     = 128
+	defaultPreAuthTimeout = 10 * time.Second
+	defaultAuthDelay      = 100 * time.Millisecond
+	maxAuthDelayFactor    = 32
+	defaultMaxBulk        = 512 << 20
+	defaultMaxArgs        = 1 << 20
+	defaultMaxInline      = 64 << 10
+	preAuthMaxBulk        = 16 << 10
+	preAuthMaxArgs        = 10
+	readBufferSize        = 64 << 10
 )
 
 // Server is a Redis protocol server. It is safe for concurrent use.
@@ -72,6 +95,8 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+	preAuth   map[*conn]struct{} // connections in slotPreAuth
+	authedN   int                // connections in slotAuthed
 	shutdown  atomic.Bool
 	wg        sync.WaitGroup
 
@@ -102,20 +127,31 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxInlineLen == 0 {
 		cfg.MaxInlineLen = defaultMaxInline
 	}
-	if cfg.MaxConns < 0 || cfg.MaxBulkLen < 0 || cfg.MaxArgs < 0 || cfg.MaxInlineLen < 0 || cfg.IdleTimeout < 0 {
+	if cfg.MaxPreAuthConns == 0 {
+		cfg.MaxPreAuthConns = defaultMaxPreAuth
+	}
+	if cfg.PreAuthTimeout == 0 {
+		cfg.PreAuthTimeout = defaultPreAuthTimeout
+	}
+	if cfg.AuthFailureDelay == 0 {
+		cfg.AuthFailureDelay = defaultAuthDelay
+	}
+	if cfg.MaxConns < 0 || cfg.MaxBulkLen < 0 || cfg.MaxArgs < 0 || cfg.MaxInlineLen < 0 || cfg.IdleTimeout < 0 ||
+		cfg.MaxPreAuthConns < 0 || cfg.PreAuthTimeout < 0 || cfg.AuthFailureDelay < 0 {
 		return nil, errors.New("resp: negative limit in Config")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Server{cfg: cfg, store: cfg.Store, listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}, nil
+	return &Server{cfg: cfg, store: cfg.Store, listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
+		preAuth: map[*conn]struct{}{}}, nil
 }
 
 // Stats are the server's counters.
 type Stats struct {
 	Connections         int64  // open now
 	ConnectionsTotal    uint64 // accepted since start
-	ConnectionsRejected uint64 // refused by MaxConns
+	ConnectionsRejected uint64 // refused by MaxConns, or closed to make room under MaxPreAuthConns
 	Commands            uint64 // commands processed
 }
 
@@ -138,7 +174,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.listeners[ln] = struct{}{}
 	s.mu.Unlock()
-	var delay time.Duration
+	retry := backoff.Backoff{Min: 5 * time.Millisecond, Max: time.Second} // as net/http's accept loop
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -147,15 +183,14 @@ func (s *Server) Serve(ln net.Listener) error {
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
+				time.Sleep(retry.Next())
 				continue
 			}
 			return err
 		}
-		delay = 0
+		retry.Reset()
 		s.total.Add(1)
-		if s.active.Load() >= int64(s.cfg.MaxConns) {
+		if s.cfg.Password == "" && s.active.Load() >= int64(s.cfg.MaxConns) {
 			s.rejected.Add(1)
 			nc.Write([]byte("-ERR max number of clients reached\r\n"))
 			nc.Close()
@@ -168,12 +203,109 @@ func (s *Server) Serve(ln net.Listener) error {
 			nc.Close()
 			return ErrServerClosed
 		}
+		if s.cfg.Password != "" {
+			s.admitPreAuth(c)
+		}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
 		s.active.Add(1)
 		go c.serve()
 	}
+}
+
+// Connection slots, with a Password: a connection counts against
+// MaxPreAuthConns until it authenticates, then against MaxConns.
+type slot uint8
+
+const (
+	slotNone    slot = iota // not counted: no Password, or closed to make room
+	slotPreAuth             // in Server.preAuth
+	slotAuthed              // counted in Server.authedN
+)
+
+// admitPreAuth counts c as unauthenticated, first closing the oldest
+// unauthenticated connection when MaxPreAuthConns are open. Call with s.mu
+// held.
+func (s *Server) admitPreAuth(c *conn) {
+	if len(s.preAuth) >= s.cfg.MaxPreAuthConns {
+		var oldest *conn
+		for o := range s.preAuth {
+			if oldest == nil || o.id < oldest.id {
+				oldest = o
+			}
+		}
+		delete(s.preAuth, oldest)
+		oldest.slot = slotNone
+		oldest.nc.Close()
+		s.rejected.Add(1)
+	}
+	s.preAuth[c] = struct{}{}
+	c.slot = slotPreAuth
+}
+
+// errMaxClients refuses an AUTH past MaxConns.
+var errMaxClients = errors.New("max number of clients reached")
+
+// promote moves c from the unauthenticated to the authenticated
+// connections, failing with errMaxClients when MaxConns are authenticated.
+// A connection closed to make room (slotNone) fails with net.ErrClosed.
+func (c *conn) promote() error {
+	s := c.s
+	if s.cfg.Password == "" {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch c.slot {
+	case slotAuthed:
+		return nil
+	case slotNone:
+		return net.ErrClosed
+	}
+	if s.authedN >= s.cfg.MaxConns {
+		s.rejected.Add(1)
+		return errMaxClients
+	}
+	delete(s.preAuth, c)
+	s.authedN++
+	c.slot = slotAuthed
+	return nil
+}
+
+// demote counts c as unauthenticated again (RESET), with a new pre-auth
+// deadline.
+func (c *conn) demote() {
+	s := c.s
+	if s.cfg.Password == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.slot == slotAuthed {
+		s.authedN--
+		s.admitPreAuth(c)
+	}
+	c.accepted = time.Now()
+}
+
+// release uncounts c when it closes. Call with s.mu held.
+func (c *conn) release() {
+	switch c.slot {
+	case slotPreAuth:
+		delete(c.s.preAuth, c)
+	case slotAuthed:
+		c.s.authedN--
+	}
+	c.slot = slotNone
+}
+
+// authFailed delays the reply to a wrong password: AuthFailureDelay, doubled
+// for each earlier failure on the connection, up to 32 times it.
+func (c *conn) authFailed() {
+	d := c.s.cfg.AuthFailureDelay << min(c.authFailures, 5)
+	c.authFailures++
+	time.Sleep(min(d, maxAuthDelayFactor*c.s.cfg.AuthFailureDelay))
 }
 
 // Shutdown stops accepting connections, lets every connection finish the
@@ -231,18 +363,22 @@ func (s *Server) closeConns() {
 
 // conn is one client connection.
 type conn struct {
-	s      *Server
-	nc     net.Conn
-	r      reader
-	w      writer
-	id     int64
-	name   string
-	authed bool
-	quit   bool
+	s            *Server
+	nc           net.Conn
+	r            reader
+	w            writer
+	id           int64
+	name         string
+	authed       bool
+	quit         bool
+	accepted     time.Time // start of the pre-auth deadline
+	authFailures int
+	hadDeadline  bool
+	slot         slot // under s.mu
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
-	c := &conn{s: s, nc: nc, id: s.nextID.Add(1), authed: s.cfg.Password == ""}
+	c := &conn{s: s, nc: nc, id: s.nextID.Add(1), authed: s.cfg.Password == "", accepted: time.Now()}
 	c.r = reader{br: bufio.NewReaderSize(nc, readBufferSize), maxInline: s.cfg.MaxInlineLen}
 	c.w = writer{bw: bufio.NewWriterSize(nc, 16<<10), proto: 2}
 	c.setLimits()
@@ -265,13 +401,14 @@ func (c *conn) serve() {
 		c.nc.Close()
 		c.s.mu.Lock()
 		delete(c.s.conns, c)
+		c.release()
 		c.s.mu.Unlock()
 		c.s.active.Add(-1)
 		c.s.wg.Done()
 	}()
 	for !c.quit {
-		if c.s.cfg.IdleTimeout > 0 && c.r.br.Buffered() == 0 && !c.s.shutdown.Load() {
-			c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+		if c.r.br.Buffered() == 0 && !c.s.shutdown.Load() {
+			c.setDeadline()
 		}
 		if c.s.shutdown.Load() && c.r.br.Buffered() == 0 {
 			break
@@ -298,6 +435,25 @@ func (c *conn) serve() {
 		}
 	}
 	c.w.bw.Flush()
+}
+
+// setDeadline sets the read deadline: IdleTimeout from now, and before
+// authentication no later than PreAuthTimeout after the connection was
+// accepted.
+func (c *conn) setDeadline() {
+	var dl time.Time
+	if c.s.cfg.IdleTimeout > 0 {
+		dl = time.Now().Add(c.s.cfg.IdleTimeout)
+	}
+	if !c.authed {
+		if pre := c.accepted.Add(c.s.cfg.PreAuthTimeout); dl.IsZero() || pre.Before(dl) {
+			dl = pre
+		}
+	}
+	if !dl.IsZero() || c.hadDeadline {
+		c.nc.SetReadDeadline(dl)
+	}
+	c.hadDeadline = !dl.IsZero()
 }
 
 func isTimeout(err error) bool {

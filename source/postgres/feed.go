@@ -20,6 +20,7 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/backoff"
 )
 
 var (
@@ -657,7 +658,7 @@ func (f *Feed) Stream(ctx context.Context, from changefeed.Position, apply func(
 		f.mu.Unlock()
 		f.streaming.Store(false)
 	}()
-	backoff := 100 * time.Millisecond
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: f.cfg.MaxBackoff}
 	for {
 		connected, err := f.streamOnce(ctx, apply)
 		if ctx.Err() != nil {
@@ -671,17 +672,12 @@ func (f *Feed) Stream(ctx context.Context, from changefeed.Position, apply func(
 		f.reconnect++
 		f.mu.Unlock()
 		if connected {
-			backoff = 100 * time.Millisecond
+			retry.Reset()
 		}
-		f.cfg.Logger.Warn("bloomgate: change feed interrupted, reconnecting", "slot", f.Slot(), "in", backoff, "err", err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		f.cfg.Logger.Warn("bloomgate: change feed interrupted, reconnecting", "slot", f.Slot(), "in", retry.Delay(), "err", err)
+		if err := retry.Wait(ctx); err != nil {
+			return err
 		}
-		backoff = min(2*backoff, f.cfg.MaxBackoff)
 	}
 }
 

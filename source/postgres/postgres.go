@@ -39,6 +39,10 @@
 // max_slot_wal_keep_size, export SlotStatus.RetainedBytes as a gauge, and
 // alert on WALStatus. Before PostgreSQL 17 a logical slot does not survive
 // failover to a physical standby; the feed then reports ErrSlotLost.
+//
+// A Source is safe for concurrent use, and so are Feed's Confirm, Health and
+// SlotStatus while a Stream runs (see Feed). docs/operations.md describes the
+// setup, permissions and slot monitoring.
 package postgres
 
 import (

@@ -2,6 +2,8 @@
 // from an SQLite table through the pure-Go driver modernc.org/sqlite, so the
 // gate runs with no server and no cgo. It is the only package that imports
 // the driver.
+//
+// A Source is safe for concurrent use.
 package sqlite
 
 import (

@@ -10,13 +10,17 @@
 // and divide by 100000. The functions: loopSingle (MayContain), loopString
 // (MayContainString), loopHashed (MayContainHash(Hash(key))), loopBatch
 // (MayContainMany, 256 keys a call), loopBlob (blobloom Has(Hash(key))),
-// addBloom (Add), addBuilder (BloomBuilder.Add), addBlob (blobloom Add).
+// addBloom (Add), addBuilder (BloomBuilder.Add), addBlob (blobloom Add),
+// loopGate (Gate.MayContain), loopGateBatch (Gate.MayContainMany, 256 keys a
+// call; the gate's filter has its own seed, so its false positives differ).
 // Lookups are of absent keys.
 package main
 
 import (
+	"context"
 	"fmt"
 
+	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/filter"
 	"github.com/bloomgate/bloomgate/internal/filtertest"
 	"github.com/greatroar/blobloom"
@@ -57,6 +61,25 @@ func loopBatch(f *filter.Bloom, keys [][]byte) (n int) {
 	var out [256]bool
 	for i := 0; i < len(keys); i += 256 {
 		n += f.MayContainMany(keys[i:min(i+256, len(keys))], out[:])
+	}
+	return
+}
+
+//go:noinline
+func loopGate(g *bloomgate.Gate, keys [][]byte) (n int) {
+	for _, k := range keys {
+		if g.MayContain(k) {
+			n++
+		}
+	}
+	return
+}
+
+//go:noinline
+func loopGateBatch(g *bloomgate.Gate, keys [][]byte) (n int) {
+	var out [256]bool
+	for i := 0; i < len(keys); i += 256 {
+		n += g.MayContainMany(keys[i:min(i+256, len(keys))], out[:])
 	}
 	return
 }
@@ -108,5 +131,27 @@ func main() {
 		strs[i] = string(k)
 	}
 	fmt.Println(loopString(f, strs))
+	g, err := bloomgate.New(bloomgate.Config{Source: keySource(present), Capacity: n, FPRate: 0.001})
+	if err != nil {
+		panic(err)
+	}
+	if err := g.Warm(context.Background()); err != nil {
+		panic(err)
+	}
+	fmt.Println(loopGate(g, absent), loopGateBatch(g, absent))
 	fmt.Println(loopSingle(f, absent), loopHashed(f, absent), loopBatch(f, absent), loopBlob(bl, absent))
 }
+
+// keySource is a bloomgate.Source over keys in memory.
+type keySource [][]byte
+
+func (s keySource) Scan(ctx context.Context, fn func([]byte) error) error {
+	for _, k := range s {
+		if err := fn(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s keySource) Estimate(context.Context) (int64, error) { return int64(len(s)), nil }

@@ -1,0 +1,44 @@
+//go:build !purego
+
+package filter
+
+// The batched lookup's inner loops in assembly (batch_amd64.s):
+// batch_other.go is the portable twin (other architectures, and build tag
+// purego), which TestProbeAllMatches checks against MayContainHash.
+
+// prefetch asks the CPU to start loading the block of every hash in hs
+// (PREFETCHT0). A prefetch has no result and retires at once, so unlike a
+// load it does not hold up the instructions after it while its miss is
+// outstanding: a whole group's misses are in flight together.
+func (f *Bloom) prefetch(hs []uint64) {
+	if len(hs) > 0 {
+		prefetchBlocks(&f.words[0], f.blocks, &hs[0], len(hs))
+	}
+}
+
+// probeAll sets out[i] to MayContainHash(hs[i]) (len(out) >= len(hs)) and
+// returns how many are true. Unlike MayContainHash it tests all K bits of
+// every key, with no branch on any of them: a batch's answers are
+// unpredictable, and a mispredicted early exit would throw away the work on
+// the keys after it. The Go compiler spills the probe's state to the stack
+// on every bit, which the assembly does not.
+func (f *Bloom) probeAll(hs []uint64, out []bool) int {
+	out = out[:len(hs)]
+	if len(hs) == 0 {
+		return 0
+	}
+	return probeBlocks(&f.words[0], f.blocks, uint64(f.k), &hs[0], &out[0], len(hs))
+}
+
+// prefetchBlocks prefetches block (h>>32)*blocks>>32 of words for each of the
+// n hashes at hs. Each block index is below blocks, so it reads only words.
+//
+//go:noescape
+func prefetchBlocks(words *uint64, blocks uint64, hs *uint64, n int)
+
+// probeBlocks probes the n hashes at hs into out, k bits each, and returns
+// how many were all set. Each block index is below blocks, so it reads only
+// words.
+//
+//go:noescape
+func probeBlocks(words *uint64, blocks, k uint64, hs *uint64, out *bool, n int) int
