@@ -293,6 +293,10 @@ type follower struct {
 	unknown      uint64 // deletes the serving filter could not apply
 	truncated    bool   // a TRUNCATE reached the serving filter: rebuild
 	capacity     uint64 // the serving filter's
+	// heldBelow: the serving filter, a rebuild's, already holds every
+	// transaction with a commit below it (its copy's point); a lagging stream
+	// still delivers them, and they must not reach it twice.
+	heldBelow changefeed.Position
 	rebuild      *feedRebuild
 	retry        rebuildCause // a rebuild to start again (its filter refused a key)
 	retryCap     uint64       // the least capacity for it
@@ -451,7 +455,7 @@ func (fl *follower) publishLocked(f Filter, capacity uint64) {
 	}
 	g.publishLocked(nv)
 	g.unapplied = 0
-	fl.unknown, fl.truncated, fl.capacity = 0, false, capacity
+	fl.unknown, fl.truncated, fl.capacity, fl.heldBelow = 0, false, capacity, 0
 	// A new filter is checked a CheckInterval from now (its Stats reads the
 	// whole table), and snapshotted by the caller or a SnapshotInterval
 	// from now: a loaded snapshot is one already.
@@ -647,7 +651,7 @@ func (fl *follower) apply(t changefeed.Txn) error {
 	defer fl.mu.Unlock()
 	ht := fl.hashTxn(t)
 	v := g.view.Load()
-	if v.f != nil {
+	if v.f != nil && t.Commit >= fl.heldBelow {
 		fl.applyTo(v.f, ht, true)
 	}
 	if rb := fl.rebuild; rb != nil {
@@ -883,6 +887,7 @@ func (fl *follower) runRebuild(ctx context.Context, rb *feedRebuild) {
 	g.mu.Lock()
 	g.endBuildLocked()
 	fl.publishLocked(rb.nf, rb.capacity)
+	fl.heldBelow = pos
 	g.m.builds.Add(1)
 	g.mu.Unlock()
 	fl.snapshotLocked()
