@@ -297,11 +297,11 @@ type follower struct {
 	// transaction with a commit below it (its copy's point); a lagging stream
 	// still delivers them, and they must not reach it twice.
 	heldBelow changefeed.Position
-	rebuild      *feedRebuild
-	retry        rebuildCause // a rebuild to start again (its filter refused a key)
-	retryCap     uint64       // the least capacity for it
-	saving       bool         // a snapshot is being written
-	wg           sync.WaitGroup
+	rebuild   *feedRebuild
+	retry     rebuildCause // a rebuild to start again (its filter refused a key)
+	retryCap  uint64       // the least capacity for it
+	saving    bool         // a snapshot is being written
+	wg        sync.WaitGroup
 }
 
 type headMark struct {
