@@ -13,6 +13,23 @@ import (
 
 const progressEvery = 1 << 16
 
+// A PartitionedSource is a Source that can also stream its keys as several
+// parts at once (source/postgres: block ranges of the table under one
+// snapshot, one COPY each). A build then normalises and hashes the keys on
+// the parts' goroutines, so on every core, and fills the filter from one.
+type PartitionedSource interface {
+	Source
+	// Parts returns how many parts ScanParts streams at once (at least 1).
+	Parts() int
+	// ScanParts calls fn(part, key) for every key, as Scan would deliver
+	// them: from up to Parts() goroutines at once, one call at a time per
+	// part, part in [0, Parts()). The slice is valid only during the call.
+	// It stops and returns fn's first error, or ctx's error when ctx is
+	// done. A ScanParts that returns nil has delivered every key that was
+	// committed when it started, across its parts.
+	ScanParts(ctx context.Context, fn func(part int, key []byte) error) error
+}
+
 // Warm builds the first filter from the source and makes the gate ready. It is
 // Rebuild under another name: calling it on a ready gate rebuilds.
 func (g *Gate) Warm(ctx context.Context) error { return g.build(ctx, "warm") }
@@ -181,6 +198,11 @@ func (g *Gate) scan(ctx context.Context, add func([]uint64) error, est int64) (k
 		}
 		return nil
 	}
+	if ps, ok := g.cfg.Source.(PartitionedSource); ok && ps.Parts() > 1 {
+		keys, skipped, err = g.scanParts(ctx, ps, add, func() { report(false) }, &keys)
+		report(true)
+		return keys, skipped, err
+	}
 	err = g.cfg.Source.Scan(ctx, func(key []byte) error {
 		h, err := g.hash(key, g.seed) // builds hold buildMu: the seed cannot change
 		if err != nil {
@@ -205,6 +227,86 @@ func (g *Gate) scan(ctx context.Context, add func([]uint64) error, est int64) (k
 	}
 	report(true)
 	return keys, skipped, err
+}
+
+// scanParts is scan over a PartitionedSource: each part hashes its keys into
+// batches of its own, and this goroutine adds the batches to the filter.
+// keys is updated as batches are added, for progress.
+func (g *Gate) scanParts(ctx context.Context, ps PartitionedSource, add func([]uint64) error, progress func(), keys *int64) (_, skipped int64, err error) {
+	const batchLen = 1024
+	parts := ps.Parts()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	full := make(chan []uint64, 2*parts)
+	free := make(chan []uint64, 4*parts)
+	skips := make([]int64, parts)
+	var serr error
+	go func() {
+		defer close(full)
+		cur := make([][]uint64, parts)
+		serr = ps.ScanParts(ctx, func(part int, key []byte) error {
+			if part < 0 || part >= parts {
+				return fmt.Errorf("source reported part %d of %d", part, parts)
+			}
+			h, err := g.hash(key, g.seed) // builds hold buildMu: the seed cannot change
+			if err != nil {
+				skips[part]++
+				return nil
+			}
+			b := cur[part]
+			if b == nil {
+				select {
+				case b = <-free:
+				default:
+					b = make([]uint64, 0, batchLen)
+				}
+			}
+			if b = append(b, h); len(b) == batchLen {
+				select {
+				case full <- b:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				b = nil
+			}
+			cur[part] = b
+			return nil
+		})
+		for _, b := range cur { // ScanParts has returned: no part runs
+			if len(b) > 0 && serr == nil {
+				select {
+				case full <- b:
+				case <-ctx.Done():
+				}
+			}
+		}
+	}()
+	next := int64(progressEvery)
+	for b := range full {
+		if err != nil {
+			continue // drain until the scan stops
+		}
+		if aerr := add(b); aerr != nil {
+			err = fmt.Errorf("filter refused one of keys %d to %d: %w", *keys, *keys+int64(len(b)), aerr)
+			cancel()
+			continue
+		}
+		if *keys += int64(len(b)); *keys >= next {
+			next += progressEvery
+			progress()
+		}
+		select {
+		case free <- b[:0]:
+		default:
+		}
+	}
+	for _, n := range skips {
+		skipped += n
+	}
+	if err == nil {
+		err = serr
+	}
+	return *keys, skipped, err
 }
 
 // finish ends a build: on success it publishes nf as the serving filter; on

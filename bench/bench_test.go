@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/bloomgate/bloomgate/internal/cputime"
 )
 
 // The benchmark matrix. Keys and filters are built on first use and kept, so
@@ -86,7 +88,9 @@ func matrix(b *testing.B, adds bool, fn func(b *testing.B, keys *Keys, f Filter)
 func BenchmarkAdd(b *testing.B) {
 	matrix(b, true, func(b *testing.B, keys *Keys, f Filter) {
 		b.ReportAllocs()
+		t := cputime.Start(b)
 		f.BenchAdd(b, keys.Present)
+		t.Stop()
 	})
 }
 
@@ -104,7 +108,9 @@ func BenchmarkLookupPresent(b *testing.B) {
 func BenchmarkLookupAbsent(b *testing.B) {
 	matrix(b, false, func(b *testing.B, keys *Keys, f Filter) {
 		b.ReportAllocs()
+		t := cputime.Start(b)
 		f.BenchLookup(b, keys.Absent)
+		t.Stop()
 		b.ReportMetric(float64(f.Bytes())*8/float64(len(keys.Present)), "bits/key")
 		b.ReportMetric(float64(f.Count(keys.Absent))/float64(len(keys.Absent)), "FP")
 	})
@@ -116,7 +122,9 @@ func BenchmarkLookupAbsent(b *testing.B) {
 func BenchmarkLookupBatch(b *testing.B) {
 	matrix(b, false, func(b *testing.B, keys *Keys, f Filter) {
 		b.ReportAllocs()
+		t := cputime.Start(b)
 		f.BenchLookupBatch(b, keys.Absent)
+		t.Stop()
 	})
 }
 
@@ -203,7 +211,9 @@ func familyMatrix(b *testing.B, fn func(b *testing.B, keys *Keys, f FamilyFilter
 func BenchmarkFamilyAdd(b *testing.B) {
 	familyMatrix(b, func(b *testing.B, keys *Keys, f FamilyFilter) {
 		b.ReportAllocs()
+		t := cputime.Start(b)
 		f.BenchAdd(b, keys.Present)
+		t.Stop()
 	})
 }
 
@@ -222,7 +232,9 @@ func BenchmarkFamilyLookupPresent(b *testing.B) {
 func BenchmarkFamilyLookupAbsent(b *testing.B) {
 	familyMatrix(b, func(b *testing.B, keys *Keys, f FamilyFilter) {
 		b.ReportAllocs()
+		t := cputime.Start(b)
 		f.BenchLookup(b, keys.Absent)
+		t.Stop()
 		b.ReportMetric(float64(f.Bytes())*8/float64(len(keys.Present)), "bits/key")
 		b.ReportMetric(float64(f.Count(keys.Absent))/float64(len(keys.Absent)), "FP")
 	})

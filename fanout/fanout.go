@@ -1,33 +1,52 @@
 // Package fanout carries one change feed to many gate instances through a
 // replicated log: a single feeder reads the database's feed and appends its
 // transactions to the log, every instance replays the log from the position
-// of a shared snapshot. The engine adapters (fanout/jetstream,
-// fanout/redisstream) hold the engine-specific parts; this package holds
-// what they share and has no dependencies: the message format and the
-// continuity check.
+// of a shared snapshot. This package is the engine: the feeder (Feeder) and
+// the instance side (Instance), the message format and every check an
+// instance makes before it applies a message. The adapters fanout/jetstream
+// and fanout/redisstream only move bytes: each provides a Log, a Lease and a
+// Store over its server.
+//
+// # Trust
+//
+// Anything read from the log is input, not truth. An instance applies a
+// batch only if it decodes (CRC-32C), carries a valid HMAC-SHA256 when a
+// Key is configured, continues exactly from the position applied, belongs
+// to a lease term no older than the one before it and no newer than the
+// feeder's heartbeat, and ends at or before the database head the feeder's
+// heartbeat reports. Anything else is a gap: the instance fails open and
+// starts again from the newest snapshot. The CRC detects damage, not a
+// forger: without a Key, only the server's permissions keep others from
+// writing (docs/operations.md says which).
 //
 // # Message format
 //
 // A message carries a Batch, one or more consecutive transactions of the
 // feed (progress markers included), encoded by AppendBatch:
 //
-//	version byte (1) | prev uvarint | count uvarint (≥ 1) |
-//	count × txn | CRC-32C (Castagnoli) of all the bytes before it, u32 LE
+//	version byte (2) | flags byte (bit 0: a MAC follows the body) |
+//	term uvarint | prev uvarint | count uvarint (≥ 1) | count × txn |
+//	[HMAC-SHA256 (32 bytes)] | CRC-32C (Castagnoli), u32 LE
 //
 //	txn: commit uvarint | end uvarint | time varint (Unix ns, 0: none) |
 //	     changes uvarint | changes × (kind byte | for insert and delete:
 //	     key length uvarint | key)
 //
-// Prev is the End of the last transaction of the previous message (or the
-// point the feeder bootstrapped at), so a consumer detects a missing message
-// from the message alone.
+// The MAC covers the byte 'B' and every byte before it; the CRC covers every
+// byte before it. Prev is the End of the last transaction of the previous
+// message (or the point the feeder bootstrapped at), so a consumer detects
+// a missing message from the message alone. Term is the feeder's lease term
+// (the fencing token), which never decreases along the log.
 //
 // AppendBatch, DecodeBatch and Continue are pure functions, safe for
-// concurrent use. docs/design.md describes the fan-out's roles and guarantees,
-// docs/operations.md the NATS and Redis settings it needs.
+// concurrent use; a Feeder and an Instance are safe for concurrent use.
+// docs/design.md describes the engine, its trust model and its guarantees,
+// docs/operations.md the NATS and Redis settings and permissions it needs.
 package fanout
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -39,7 +58,7 @@ import (
 
 // Version is the message format version AppendBatch writes and DecodeBatch
 // reads.
-const Version = 1
+const Version = 2
 
 // Errors.
 var (
@@ -47,16 +66,22 @@ var (
 	// truncated, of another format version, or inconsistent (positions not
 	// increasing, an unknown change kind).
 	ErrCorrupt = errors.New("fanout: corrupt message")
+	// ErrUnauthenticated reports a message, heartbeat or snapshot record
+	// without a valid MAC while a Key is configured.
+	ErrUnauthenticated = errors.New("fanout: message not authenticated")
 	// ErrGap wraps changefeed.ErrRebuild: a message does not continue from
-	// the consumer's position (a message is missing, the log was trimmed, or
-	// the feeder bootstrapped afresh). The consumer must start again from a
-	// snapshot taken after the gap.
+	// the consumer's position (a message is missing, the log was trimmed,
+	// the feeder started a new history, or the message was not the
+	// feeder's). The consumer must start again from a snapshot taken after
+	// the gap.
 	ErrGap = fmt.Errorf("fanout: gap in the log: %w", changefeed.ErrRebuild)
 )
 
 // Batch is the content of one message: consecutive transactions of the
 // feed, in order, with strictly increasing End.
 type Batch struct {
+	// Term is the lease term of the feeder that wrote the batch.
+	Term uint64
 	// Prev is the feed position the batch continues from: the End of the
 	// previous message's last transaction, or a bootstrap point.
 	Prev changefeed.Position
@@ -72,15 +97,86 @@ func (b Batch) End() changefeed.Position {
 	return b.Txns[len(b.Txns)-1].End
 }
 
-// AppendBatch appends b's encoding to dst. It fails when b has no
-// transactions, when the positions do not strictly increase from Prev, when
-// a Commit exceeds its End, or on a change of an unknown kind.
-func AppendBatch(dst []byte, b Batch) ([]byte, error) {
+const (
+	flagMAC = 1 << 0
+	macLen  = sha256.Size
+)
+
+// Domains of the MAC, so that one kind of value is never taken for another.
+const (
+	domainBatch  = 'B'
+	domainHead   = 'H'
+	domainRecord = 'R'
+)
+
+// seal appends the MAC (when key is set) and the CRC of dst[start:].
+func seal(dst []byte, start int, domain byte, key []byte) []byte {
+	if len(key) > 0 {
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte{domain})
+		m.Write(dst[start:])
+		dst = m.Sum(dst)
+	}
+	return binary.LittleEndian.AppendUint32(dst, crc32c.Checksum(dst[start:]))
+}
+
+// open checks p's CRC and MAC and returns the body (version and flags
+// first). With a key, a value without a MAC or with a wrong one is
+// ErrUnauthenticated; without one, a MAC present is not checked.
+func open(p []byte, domain byte, key []byte) ([]byte, error) {
+	if len(p) < 2+4 {
+		return nil, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(p))
+	}
+	body := p[:len(p)-4]
+	if binary.LittleEndian.Uint32(p[len(body):]) != crc32c.Checksum(body) {
+		return nil, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	}
+	if body[0] != Version {
+		return nil, fmt.Errorf("%w: format version %d, this build reads %d", ErrCorrupt, body[0], Version)
+	}
+	hasMAC := body[1]&flagMAC != 0
+	if body[1]&^flagMAC != 0 {
+		return nil, fmt.Errorf("%w: unknown flags %#x", ErrCorrupt, body[1])
+	}
+	if hasMAC {
+		if len(body) < 2+macLen {
+			return nil, fmt.Errorf("%w: truncated MAC", ErrCorrupt)
+		}
+		mac := body[len(body)-macLen:]
+		body = body[:len(body)-macLen]
+		if len(key) > 0 {
+			m := hmac.New(sha256.New, key)
+			m.Write([]byte{domain})
+			m.Write(body)
+			if !hmac.Equal(m.Sum(nil), mac) {
+				return nil, fmt.Errorf("%w: MAC mismatch", ErrUnauthenticated)
+			}
+		}
+	} else if len(key) > 0 {
+		return nil, fmt.Errorf("%w: no MAC", ErrUnauthenticated)
+	}
+	return body, nil
+}
+
+func header(dst []byte, key []byte) []byte {
+	var flags byte
+	if len(key) > 0 {
+		flags |= flagMAC
+	}
+	return append(dst, Version, flags)
+}
+
+// AppendBatch appends b's encoding to dst, with a MAC when key is set. It
+// fails when b has no transactions, when the positions do not strictly
+// increase from Prev, when a Commit exceeds its End, or on a change of an
+// unknown kind.
+func AppendBatch(dst []byte, b Batch, key []byte) ([]byte, error) {
 	if len(b.Txns) == 0 {
 		return dst, errors.New("fanout: empty batch")
 	}
 	start := len(dst)
-	dst = append(dst, Version)
+	dst = header(dst, key)
+	dst = binary.AppendUvarint(dst, b.Term)
 	dst = binary.AppendUvarint(dst, uint64(b.Prev))
 	dst = binary.AppendUvarint(dst, uint64(len(b.Txns)))
 	last := b.Prev
@@ -109,25 +205,21 @@ func AppendBatch(dst []byte, b Batch) ([]byte, error) {
 			}
 		}
 	}
-	return binary.LittleEndian.AppendUint32(dst, crc32c.Checksum(dst[start:])), nil
+	return seal(dst, start, domainBatch, key), nil
 }
 
-// DecodeBatch decodes a message written by AppendBatch. Keys are copied, so
-// p may be reused. Any damage returns an error wrapping ErrCorrupt; no
-// input makes it panic or allocate much more than len(p).
-func DecodeBatch(p []byte) (Batch, error) {
-	if len(p) < 1+4 {
-		return Batch{}, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(p))
+// DecodeBatch decodes a message written by AppendBatch. With a key, a
+// message without a valid MAC is an error wrapping ErrUnauthenticated. Keys
+// are copied, so p may be reused. Any damage returns an error wrapping
+// ErrCorrupt; no input makes it panic or allocate much more than len(p).
+func DecodeBatch(p []byte, key []byte) (Batch, error) {
+	body, err := open(p, domainBatch, key)
+	if err != nil {
+		return Batch{}, err
 	}
-	body := p[:len(p)-4]
-	if binary.LittleEndian.Uint32(p[len(body):]) != crc32c.Checksum(body) {
-		return Batch{}, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
-	}
-	if body[0] != Version {
-		return Batch{}, fmt.Errorf("%w: format version %d, this build reads %d", ErrCorrupt, body[0], Version)
-	}
-	d := decoder{p: body[1:]}
+	d := decoder{p: body[2:]}
 	var b Batch
+	b.Term = d.uvarint()
 	b.Prev = changefeed.Position(d.uvarint())
 	n := d.count(4) // a transaction takes at least 4 bytes
 	if d.err == nil && n == 0 {
@@ -263,4 +355,40 @@ func Continue(pos changefeed.Position, b Batch) ([]changefeed.Txn, error) {
 		}
 	}
 	return nil, fmt.Errorf("%w: no transaction of the message (%v..%v) ends at %v", ErrGap, b.Prev, b.End(), pos)
+}
+
+// beatValue is the feeder's signal to instances, written every
+// FeederConfig.HeartbeatInterval and with every batch: the lease term it
+// publishes under and the database's newest position it knows of. Beat
+// grows with every write, so a heartbeat that stops changing is stale.
+type beatValue struct {
+	Term uint64
+	Head changefeed.Position
+	Beat uint64
+}
+
+// appendHeartbeat encodes h: version | flags | term u64 | head u64 |
+// beat u64 | [MAC] | CRC, all little-endian.
+func appendHeartbeat(dst []byte, h beatValue, key []byte) []byte {
+	start := len(dst)
+	dst = header(dst, key)
+	dst = binary.LittleEndian.AppendUint64(dst, h.Term)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(h.Head))
+	dst = binary.LittleEndian.AppendUint64(dst, h.Beat)
+	return seal(dst, start, domainHead, key)
+}
+
+func decodeHeartbeat(p []byte, key []byte) (beatValue, error) {
+	body, err := open(p, domainHead, key)
+	if err != nil {
+		return beatValue{}, err
+	}
+	if len(body) != 2+24 {
+		return beatValue{}, fmt.Errorf("%w: heartbeat of %d bytes", ErrCorrupt, len(body))
+	}
+	return beatValue{
+		Term: binary.LittleEndian.Uint64(body[2:]),
+		Head: changefeed.Position(binary.LittleEndian.Uint64(body[10:])),
+		Beat: binary.LittleEndian.Uint64(body[18:]),
+	}, nil
 }

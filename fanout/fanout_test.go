@@ -26,11 +26,11 @@ var batches = []fanout.Batch{
 
 func TestBatchRoundTrip(t *testing.T) {
 	for i, b := range batches {
-		enc, err := fanout.AppendBatch(nil, b)
+		enc, err := fanout.AppendBatch(nil, b, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := fanout.DecodeBatch(enc)
+		got, err := fanout.DecodeBatch(enc, nil)
 		if err != nil {
 			t.Fatalf("batch %d: %v", i, err)
 		}
@@ -38,14 +38,14 @@ func TestBatchRoundTrip(t *testing.T) {
 			t.Fatalf("batch %d: got %+v, want %+v", i, got, b)
 		}
 		for n := range enc {
-			if _, err := fanout.DecodeBatch(enc[:n]); !errors.Is(err, fanout.ErrCorrupt) {
+			if _, err := fanout.DecodeBatch(enc[:n], nil); !errors.Is(err, fanout.ErrCorrupt) {
 				t.Fatalf("batch %d cut to %d bytes: err %v", i, n, err)
 			}
 		}
 		for n := range enc {
 			bad := append([]byte(nil), enc...)
 			bad[n] ^= 0x40
-			if _, err := fanout.DecodeBatch(bad); !errors.Is(err, fanout.ErrCorrupt) {
+			if _, err := fanout.DecodeBatch(bad, nil); !errors.Is(err, fanout.ErrCorrupt) {
 				t.Fatalf("batch %d with byte %d flipped: err %v", i, n, err)
 			}
 		}
@@ -60,7 +60,7 @@ func TestAppendBatchRefuses(t *testing.T) {
 		"commit > end": {Prev: 1, Txns: []changefeed.Txn{{Commit: 4, End: 3}}},
 		"bad kind":     {Prev: 1, Txns: []changefeed.Txn{{Commit: 2, End: 2, Changes: []changefeed.Change{{Kind: 9}}}}},
 	} {
-		if out, err := fanout.AppendBatch([]byte("x"), b); err == nil || string(out) != "x" {
+		if out, err := fanout.AppendBatch([]byte("x"), b, nil); err == nil || string(out) != "x" {
 			t.Errorf("%s: AppendBatch = %q, %v; want an error and dst unchanged", name, out, err)
 		}
 	}
@@ -90,22 +90,22 @@ func TestContinue(t *testing.T) {
 
 func FuzzDecodeBatch(f *testing.F) {
 	for _, b := range batches {
-		enc, _ := fanout.AppendBatch(nil, b)
+		enc, _ := fanout.AppendBatch(nil, b, nil)
 		f.Add(enc)
 	}
 	f.Fuzz(func(t *testing.T, p []byte) {
-		b, err := fanout.DecodeBatch(p)
+		b, err := fanout.DecodeBatch(p, nil)
 		if err != nil {
 			if !errors.Is(err, fanout.ErrCorrupt) {
 				t.Fatalf("error %v does not wrap ErrCorrupt", err)
 			}
 			return
 		}
-		enc, err := fanout.AppendBatch(nil, b)
+		enc, err := fanout.AppendBatch(nil, b, nil)
 		if err != nil {
 			t.Fatalf("decoded batch does not encode: %v", err)
 		}
-		again, err := fanout.DecodeBatch(enc)
+		again, err := fanout.DecodeBatch(enc, nil)
 		if err != nil || !reflect.DeepEqual(again, b) {
 			t.Fatalf("re-encoding changed the batch: %v", err)
 		}

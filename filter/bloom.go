@@ -119,6 +119,13 @@ const probeMul = 0x9E3779B97F4A7C15
 func (f *Bloom) AddHash(h uint64) error { f.addHash(h); return nil }
 
 func (f *Bloom) addHash(h uint64) {
+	f.setBits(h)
+	f.items.Add(1)
+}
+
+// setBits sets h's K bits with atomic OR, one locked instruction per word
+// that lacks one of them.
+func (f *Bloom) setBits(h uint64) {
 	b := f.block(h)
 	var m [blockWords]uint64
 	g := h
@@ -133,7 +140,6 @@ func (f *Bloom) addHash(h uint64) {
 			atomic.OrUint64(&b[j], m[j])
 		}
 	}
-	f.items.Add(1)
 }
 
 // MayContainHash reports whether the key with hash h may be in the filter.

@@ -72,3 +72,48 @@ func (f *Bloom) MayContainHashMany(hashes []uint64, out []bool) int {
 	}
 	return n
 }
+
+// AddMany inserts keys, as Add does each, and returns nil. It hashes a group
+// of keys in one call, and fetches the blocks of the next group while it
+// sets the bits of this one, so their cache misses overlap: for callers that
+// add many keys at once (a batch of writes, a replayed log) it is several
+// times faster per key than Add. Like Add it is safe to call concurrently
+// with every other method, and once it returns each key is reported present
+// on every goroutine.
+func (f *Bloom) AddMany(keys [][]byte) error { addKeys(f, keys); return nil }
+
+// AddStrings is AddMany for string keys. It returns nil.
+func (f *Bloom) AddStrings(keys []string) error { addKeys(f, keys); return nil }
+
+// AddHashMany is AddMany for keys given by their hashes (see Hash). It
+// returns nil.
+func (f *Bloom) AddHashMany(hs []uint64) error {
+	f.prefetch(hs[:min(len(hs), hashGroup)])
+	for i := 0; i < len(hs); i += hashGroup {
+		end := min(i+hashGroup, len(hs))
+		f.prefetch(hs[end:min(end+hashGroup, len(hs))])
+		for _, h := range hs[i:end] {
+			f.setBits(h)
+		}
+	}
+	f.items.Add(uint64(len(hs)))
+	return nil
+}
+
+func addKeys[K string | []byte](f *Bloom, keys []K) {
+	var ring [2][hashGroup]uint64
+	prev, g := 0, 0
+	n := uint64(len(keys))
+	for len(keys) > 0 || prev > 0 {
+		c := min(len(keys), hashGroup)
+		hs := ring[g][:c]
+		hashKeys(keys[:c], f.seed, hs)
+		f.prefetch(hs)
+		for _, h := range ring[g^1][:prev] {
+			f.setBits(h)
+		}
+		prev, g = c, g^1
+		keys = keys[c:]
+	}
+	f.items.Add(n)
+}

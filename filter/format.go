@@ -17,7 +17,7 @@ import (
 //	0       4     magic "BGF\x00"
 //	4       2     format version (1)
 //	6       1     kind (Kind)
-//	7       1     hash (HashID; 1 = XXH3-64)
+//	7       1     hash (hashID; 1 = XXH3-64)
 //	8       8     hash seed
 //	16      4     P = length of the kind's parameter block (≤ 4096)
 //	20      P     parameters (per kind; Bloom: see bloomParamsLen)
@@ -118,7 +118,7 @@ func (fw *frameWriter) reserve(n int) {
 func (fw *frameWriter) header(kind Kind, seed uint64, paramsLen uint32) {
 	fw.buf = append(fw.buf, formatMagic[:]...)
 	fw.buf = binary.LittleEndian.AppendUint16(fw.buf, formatVersion)
-	fw.buf = append(fw.buf, byte(kind), byte(HashXXH3))
+	fw.buf = append(fw.buf, byte(kind), byte(hashXXH3))
 	fw.u64(seed)
 	fw.u32(paramsLen)
 }
@@ -206,7 +206,7 @@ func openFrame(r io.Reader, cfg DecodeConfig, want Kind) (*frameReader, error) {
 		return nil, fmt.Errorf("%w: not a bloomgate filter (magic %q)", ErrCorrupt, magic[:])
 	case version != formatVersion:
 		return nil, fmt.Errorf("%w: format version %d (this build reads %d)", ErrUnsupported, version, formatVersion)
-	case HashID(kh[1]) != HashXXH3:
+	case hashID(kh[1]) != hashXXH3:
 		return nil, fmt.Errorf("%w: hash id %d", ErrUnsupported, kh[1])
 	case want != 0 && fr.kind != want:
 		return nil, fmt.Errorf("%w: input is %v, want %v", ErrKindMismatch, fr.kind, want)

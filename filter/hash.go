@@ -2,13 +2,13 @@ package filter
 
 import "github.com/zeebo/xxh3"
 
-// HashID identifies the key hash in the binary format.
-type HashID uint8
+// hashID identifies the key hash in the binary format.
+type hashID uint8
 
-// HashXXH3 is XXH3-64 (seeded variant; seed 0 equals the unseeded XXH3-64).
+// hashXXH3 is XXH3-64 (seeded variant; seed 0 equals the unseeded XXH3-64).
 // Its output for a key and seed never changes, so encoded filters stay valid
 // across processes, machines and releases.
-const HashXXH3 HashID = 1
+const hashXXH3 hashID = 1
 
 // Hash returns the 64-bit hash every filter in this package uses for key.
 func Hash(key []byte, seed uint64) uint64 { return xxh3.HashSeed(key, seed) }

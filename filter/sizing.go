@@ -59,9 +59,9 @@ func ClassicK(p float64) int { return max(1, int(math.Round(-math.Log2(p)))) }
 // for n keys at rate p: n·log2(1/p).
 func MinimumBits(n uint64, p float64) float64 { return -float64(n) * math.Log2(p) }
 
-// ClassicFPRate returns the false-positive rate of a classic Bloom filter of m
+// classicFPRate returns the false-positive rate of a classic Bloom filter of m
 // bits with k hash functions holding n keys.
-func ClassicFPRate(m float64, k int, n uint64) float64 {
+func classicFPRate(m float64, k int, n uint64) float64 {
 	return math.Pow(1-math.Exp(-float64(k)*float64(n)/m), float64(k))
 }
 

@@ -115,3 +115,15 @@ func TestBlockedRateExtremes(t *testing.T) {
 		t.Errorf("FPRateAt of an overfull filter = %g", got)
 	}
 }
+
+// TestClassicFPRate: a classic filter sized by ClassicBits and ClassicK has
+// about the target rate (the formulas agree with each other).
+func TestClassicFPRate(t *testing.T) {
+	for _, p := range []float64{0.1, 0.01, 0.001, 1e-6} {
+		n := uint64(1_000_000)
+		got := classicFPRate(ClassicBits(n, p), ClassicK(p), n)
+		if got < p/1.3 || got > p*1.3 {
+			t.Errorf("p=%g: classicFPRate at ClassicBits, ClassicK = %g", p, got)
+		}
+	}
+}

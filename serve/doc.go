@@ -2,11 +2,12 @@
 // filters that the Redis protocol (package serve/resp) and the HTTP API
 // (package serve/httpapi) expose.
 //
-// The keyspace holds two kinds of key:
+// The keyspace holds three kinds of key:
 //
 //   - Standalone filters, created by clients as with RedisBloom: a Bloom key
 //     (BF.*) is a scalable Bloom filter (filter.Scalable), a cuckoo key (CF.*)
-//     a cuckoo filter (filter.Cuckoo). They are durable when Config.DataDir is
+//     a cuckoo filter (filter.Cuckoo), an expiring key (BG.X*, KindExpiring)
+//     a filter.Windowed whose items expire (see windowed.go). They are durable when Config.DataDir is
 //     set: every write is appended to a log before it is acknowledged, with an
 //     fsync policy like Redis' appendfsync (see Fsync), and snapshots of the
 //     whole keyspace are written atomically, periodically and on Close, after
@@ -16,6 +17,9 @@
 //     filters are rebuilt from the table at start, not stored on disk. A set
 //     that is not ready answers "maybe" (true) for every key: it never gives a
 //     false negative.
+//   - Table-backed expiring sets, declared in Config.ExpiringSets: an
+//     expiring key built from a table's key and expiry columns and rescanned
+//     periodically (see windowed_set.go); not stored on disk either.
 //
 // A Store is safe for concurrent use. Lock order: Store.snapMu, then
 // Store.mu, then object.mu, then appendLog.syncMu, then appendLog.mu. Writes

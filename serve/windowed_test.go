@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -491,4 +493,22 @@ func FuzzDecodeExpiring(f *testing.F) {
 		r.lsn++
 		st.apply(r)
 	})
+}
+
+// TestExpiringSweepOnItsOwn: with no client action at all, the Store's own
+// sweep drops a generation once the clock passes its end and releases its
+// memory.
+func TestExpiringSweepOnItsOwn(t *testing.T) {
+	clock := newFakeClock()
+	s := openStore(t, Config{Now: clock.Now})
+	if err := s.XReserve("r", xparams(time.Hour, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	mustXAdd(t, s, "r", clock.Now().Add(time.Minute), []byte("a"))
+	if s.UsedMemory() == 0 {
+		t.Fatal("no memory held after an add")
+	}
+	clock.Advance(time.Hour / 7 * 2)
+	testsvc.Eventually(t, 10*expireSweepInterval, func() bool { return s.UsedMemory() == 0 },
+		"the sweep to release the expired generation (used %d)", s.UsedMemory())
 }

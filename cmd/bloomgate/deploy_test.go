@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"debug/elf"
 	"encoding/json"
 	"fmt"
@@ -16,9 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bloomgate/bloomgate/internal/demo"
 	"github.com/bloomgate/bloomgate/internal/testsvc"
-	"github.com/bloomgate/bloomgate/source/sqlite"
 )
 
 // TestDeployBuild runs deploy/build.sh: a CGO_ENABLED=0 binary with no
@@ -201,20 +198,7 @@ func servedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	dbPath := filepath.Join(dir, "app.db")
-	db, err := sqlite.Open(dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := demo.SQLiteUsers{DB: db, Table: "users"}
-	ctx := context.Background()
-	if err := users.Create(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := users.Load(ctx, 10, func(i int) string { return fmt.Sprintf("u%d@example.com", i) }); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	dbPath := sqliteUsers(t, dir, 10)
 	respAddr, httpAddr := freeAddr(t), freeAddr(t)
 	conf := filepath.Join(dir, "bloomgate.conf")
 	os.WriteFile(conf, []byte(fmt.Sprintf("resp %s\nhttp %s\ndata %s\nset users {\n  sqlite %s\n  follow no\n  table users\n  column email\n}\n",

@@ -23,7 +23,7 @@ import (
 
 // newFollowedDB starts a private PostgreSQL cluster (wal_level=logical)
 // with a users table keyed by email and its publication bg_users.
-func newFollowedDB(t *testing.T) *testsvc.PG {
+func newFollowedDB(t testing.TB) *testsvc.PG {
 	t.Helper()
 	pg := testsvc.NewPostgres(t, testsvc.PGOptions{})
 	pg.SQL(t, "CREATE TABLE users (email text PRIMARY KEY, name text)",
@@ -32,7 +32,7 @@ func newFollowedDB(t *testing.T) *testsvc.PG {
 }
 
 // followConf is a config file with one followed set "users" over db.
-func followConf(t *testing.T, dsn, extra string) (path, respAddr, httpAddr, dataDir string) {
+func followConf(t testing.TB, dsn, extra string) (path, respAddr, httpAddr, dataDir string) {
 	t.Helper()
 	dir := t.TempDir()
 	respAddr, httpAddr, dataDir = freeAddr(t), freeAddr(t), filepath.Join(dir, "data")
@@ -85,7 +85,7 @@ func getReadyz(httpAddr string) (readyz, error) {
 }
 
 // setPosition returns the position set has applied, per /readyz.
-func setPosition(t *testing.T, httpAddr, set string) changefeed.Position {
+func setPosition(t testing.TB, httpAddr, set string) changefeed.Position {
 	t.Helper()
 	r, err := getReadyz(httpAddr)
 	if err != nil {
@@ -98,7 +98,7 @@ func setPosition(t *testing.T, httpAddr, set string) changefeed.Position {
 	return p
 }
 
-func waitReadyz(t *testing.T, httpAddr string, timeout time.Duration) time.Duration {
+func waitReadyz(t testing.TB, httpAddr string, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	var last readyz

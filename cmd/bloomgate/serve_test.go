@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 
 // buildBinary builds the bloomgate command into a temporary directory, once
 // per test binary.
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "bloomgate-serve-test")
@@ -59,7 +59,7 @@ func buildBinary(t *testing.T) string {
 }
 
 // freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -72,7 +72,7 @@ func freeAddr(t *testing.T) string {
 // server is a running `bloomgate serve` process.
 type server struct {
 	cmd    *exec.Cmd
-	stderr *strings.Builder
+	stderr *syncBuffer
 	done   chan struct{} // closed when the process has exited
 	err    error         // its exit status, once done is closed
 }
@@ -84,15 +84,15 @@ func (s *server) wait() error {
 }
 
 // startServe runs `bloomgate serve args…` and waits for its ready line.
-func startServe(t *testing.T, bin string, args ...string) *server {
+func startServe(t testing.TB, bin string, args ...string) *server {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, stderr: &strings.Builder{}, done: make(chan struct{})}
-	cmd.Stderr = &lockedWriter{w: s.stderr}
+	s := &server{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -115,15 +115,23 @@ func startServe(t *testing.T, bin string, args ...string) *server {
 	return s
 }
 
-type lockedWriter struct {
+// syncBuffer collects a process's stderr; the copying goroutine writes while
+// the test reads, so both take the lock.
+type syncBuffer struct {
 	mu sync.Mutex
-	w  io.Writer
+	b  strings.Builder
 }
 
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // TestKill9 kills the server with SIGKILL in the middle of a write load and
@@ -270,25 +278,34 @@ func TestProtectedMode(t *testing.T) {
 	}
 }
 
-// TestServeConfigSQLiteSet starts the binary with a config file declaring an
-// SQLite-backed set with a confirm query.
-func TestServeConfigSQLiteSet(t *testing.T) {
-	bin := buildBinary(t)
-	dir := t.TempDir()
+// sqliteUsers writes dir/app.db with a users table holding u0..u(n-1)
+// @example.com and returns its path.
+func sqliteUsers(t *testing.T, dir string, n int) string {
+	t.Helper()
 	dbPath := filepath.Join(dir, "app.db")
 	db, err := sqlite.Open(dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer db.Close()
 	users := demo.SQLiteUsers{DB: db, Table: "users"}
 	ctx := context.Background()
 	if err := users.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := users.Load(ctx, 100, func(i int) string { return fmt.Sprintf("u%d@example.com", i) }); err != nil {
+	if err := users.Load(ctx, n, func(i int) string { return fmt.Sprintf("u%d@example.com", i) }); err != nil {
 		t.Fatal(err)
 	}
-	db.Close()
+	return dbPath
+}
+
+// TestServeConfigSQLiteSet starts the binary with a config file declaring an
+// SQLite-backed set with a confirm query.
+func TestServeConfigSQLiteSet(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	dbPath := sqliteUsers(t, dir, 100)
+	ctx := context.Background()
 	respAddr, httpAddr := freeAddr(t), freeAddr(t)
 	conf := filepath.Join(dir, "bloomgate.conf")
 	os.WriteFile(conf, []byte(fmt.Sprintf(`resp %s

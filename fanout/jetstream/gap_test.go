@@ -2,8 +2,10 @@ package jetstream_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
@@ -32,15 +34,25 @@ func insertAndWait(t *testing.T, ip *inProcess, g *bloomgate.Gate, prefix string
 	return tok
 }
 
-// streamErr runs an instance's Stream from pos until it fails.
-func streamErr(t *testing.T, ip *inProcess, from changefeed.Position) error {
+// streamErr starts an instance's Stream from the feeder's newest snapshot
+// record (as Follow does after loading it) and runs it until it fails.
+func streamErr(t *testing.T, ip *inProcess) error {
 	t.Helper()
-	in, err := ip.set.NewInstance(jetstream.InstanceConfig{})
+	in, err := ip.set.NewInstance(jetstream.InstanceConfig{HeadTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	var from changefeed.Position
+	if err := in.Snapshots().Load(ctx, func(r io.Reader) error {
+		var hdr [16]byte
+		_, err := io.ReadFull(r, hdr[:])
+		from = changefeed.Position(binary.LittleEndian.Uint64(hdr[8:]))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	return in.Stream(ctx, from, func(changefeed.Txn) error { return nil })
 }
 
@@ -50,7 +62,6 @@ func TestTrimmedStreamIsRebuild(t *testing.T) {
 	ip := startInProcess(t, 100, 1<<16)
 	g, _ := ip.instance(t, 1<<16)
 	insertAndWait(t, ip, g, "a", 20)
-	old := g.Position()
 	insertAndWait(t, ip, g, "b", 20)
 	stream, err := ip.js.Stream(context.Background(), "BG_"+ip.name)
 	if err != nil {
@@ -59,7 +70,7 @@ func TestTrimmedStreamIsRebuild(t *testing.T) {
 	if err := stream.Purge(context.Background(), js.WithPurgeKeep(1)); err != nil {
 		t.Fatal(err)
 	}
-	err = streamErr(t, ip, old)
+	err = streamErr(t, ip)
 	if !errors.Is(err, changefeed.ErrRebuild) {
 		t.Fatalf("Stream from a trimmed position: %v, want an error wrapping ErrRebuild", err)
 	}
@@ -87,19 +98,19 @@ func TestForeignPrevIsRebuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := fanout.DecodeBatch(last.Data)
+	b, err := fanout.DecodeBatch(last.Data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	end := b.End()
-	foreign, _ := fanout.AppendBatch(nil, fanout.Batch{Prev: end + 100, Txns: []changefeed.Txn{{Commit: end + 200, End: end + 200,
-		Changes: []changefeed.Change{{Kind: changefeed.Insert, Key: []byte("foreign@x")}}}}})
+	foreign, _ := fanout.AppendBatch(nil, fanout.Batch{Term: b.Term, Prev: end + 100, Txns: []changefeed.Txn{{Commit: end + 200, End: end + 200,
+		Changes: []changefeed.Change{{Kind: changefeed.Insert, Key: []byte("foreign@x")}}}}}, nil)
 	m := nats.NewMsg("bloomgate." + ip.name)
 	m.Data = foreign
 	if _, err := ip.js.PublishMsg(context.Background(), m, js.WithExpectLastSequence(info.State.LastSeq)); err != nil {
 		t.Fatal(err)
 	}
-	err = streamErr(t, ip, end)
+	err = streamErr(t, ip)
 	if !errors.Is(err, changefeed.ErrRebuild) || !errors.Is(err, fanout.ErrGap) {
 		t.Fatalf("Stream across a foreign message: %v, want ErrGap wrapping ErrRebuild", err)
 	}

@@ -74,7 +74,7 @@ func startInProcess(t *testing.T, preRows int, capacity uint64) *inProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := set.NewFeeder(jetstream.FeederConfig{Source: pg.Feed(t), Gate: g, HeartbeatInterval: testHeartbeat,
+	f, err := set.NewFeeder(jetstream.FeederConfig{Feed: pg.Feed(t), Gate: g, HeartbeatInterval: testHeartbeat,
 		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Minute, MaxLag: testMaxLag}})
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +89,25 @@ func startInProcess(t *testing.T, preRows int, capacity uint64) *inProcess {
 		set.Delete(context.Background())
 	})
 	return &inProcess{set: set, pg: pg, js: j, name: "t" + hex.EncodeToString(b[:]), stopFeeder: func() { fcancel(); <-done }}
+}
+
+// startFeeder starts another feeder on the set, with a gate of its own; it
+// runs until the test ends.
+func (ip *inProcess) startFeeder(t *testing.T, capacity uint64) {
+	t.Helper()
+	g, err := bloomgate.New(bloomgate.Config{Source: ip.pg.Source, Capacity: capacity, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ip.set.NewFeeder(jetstream.FeederConfig{Feed: ip.pg.Feed(t), Gate: g, HeartbeatInterval: testHeartbeat,
+		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Minute, MaxLag: testMaxLag}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; g.Close() })
 }
 
 // instance starts a gate following the set and returns it with the time

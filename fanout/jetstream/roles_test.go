@@ -104,7 +104,7 @@ func runRole(role string) error {
 			return err
 		}
 		defer feed.Close()
-		f, err := set.NewFeeder(jetstream.FeederConfig{Source: feed, Gate: g, HeartbeatInterval: testHeartbeat,
+		f, err := set.NewFeeder(jetstream.FeederConfig{Feed: feed, Gate: g, HeartbeatInterval: testHeartbeat,
 			ID:     fmt.Sprint("feeder-", os.Getpid()),
 			Follow: bloomgate.FollowConfig{Identity: c.identity, SnapshotInterval: 3 * time.Second, MaxLag: testMaxLag}})
 		if err != nil {

@@ -1,47 +1,49 @@
 // Package jetstream fans one change feed out to many gate instances over
 // NATS JetStream (server 2.9 or later). It is the only package that imports
-// the NATS client.
+// the NATS client, and it only moves bytes: the feeder, the instances and
+// every check they make are package fanout's, the same for every log.
 //
 // A set (one table's key column, say) lives in four JetStream assets, all
-// created by Open with Config.Replicas replicas:
+// created by Open with Config.Replicas replicas, file storage:
 //
 //   - stream BG_<set>, subject bloomgate.<set>: the log. Each message is a
-//     fanout.Batch (consecutive transactions, with the position the batch
-//     continues from), published with Nats-Msg-Id = its end position (decimal), so a
-//     retried or repeated publish is dropped by the stream, and with
-//     expected-last-sequence, so a feeder that lost its lease is refused.
+//     fanout.Batch, published with expected-last-sequence (so a writer
+//     that is not at the tail is refused) and a Nats-Msg-Id derived from
+//     the sequence it follows and its bytes (so a retried publish is not
+//     stored twice).
 //   - KV bucket BG_<set>_lease, key "feeder": the feeder lease, taken by
 //     create (compare-and-set on "no key"), renewed by revision, expiring
-//     after Config.LeaseTTL on the server's clock.
-//   - KV bucket BG_<set>_pos: key "snapshot", the newest snapshot's record
-//     {position, first stream sequence after it, object} (moved only
-//     forward, by revision), with history; key "head", the feeder's
-//     heartbeat: the database's newest position, rewritten every
-//     FeederConfig.HeartbeatInterval.
+//     after Config.LeaseTTL on the server's clock. The revision of the
+//     create is the lease's term.
+//   - KV bucket BG_<set>_pos: key "head", the feeder's heartbeat; keys
+//     "snapshot" and "snapshot.prev", the two newest snapshot records.
 //   - object store BG_<set>_snap: the snapshots, in bloomgate's snapshot
-//     format, named by position.
+//     format.
 //
 // One Feeder per set (any number may run; the lease picks one) follows the
 // database and publishes; every instance runs bloomgate.Gate.Follow over an
-// Instance and its Snapshots. See Feeder and Instance for their guarantees.
+// Instance and its Snapshots. See fanout.Feeder and fanout.Instance for
+// their guarantees, and docs/operations.md for the permissions and the
+// server settings (sync_interval) a set needs.
 //
 // A Set, its Feeders and its Instances are safe for concurrent use.
-// docs/design.md tabulates the guarantees and their tests; docs/operations.md
-// lists the JetStream settings.
 package jetstream
 
 import (
+	"bytes"
 	"context"
-	"encoding/binary"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
-	"sync"
+	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout"
 	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/defaults"
@@ -67,6 +69,11 @@ type Config struct {
 	// LeaseTTL is how long the feeder lease lasts without renewal: the
 	// longest a crashed feeder blocks its successor. Default: 10 s.
 	LeaseTTL time.Duration
+	// Key, if set (at least 16 bytes), authenticates every batch, heartbeat
+	// and snapshot record with HMAC-SHA256; instances refuse anything not
+	// signed with it. Every process of the set needs the same Key. Use it
+	// where others may publish on the set's subjects. Default: nil.
+	Key []byte
 	// Logger receives lease changes, reconnections and failures. Default:
 	// discard.
 	Logger *slog.Logger
@@ -80,9 +87,15 @@ const (
 	DefaultLeaseTTL   = 10 * time.Second
 )
 
-// ErrInvalidConfig reports a Config, FeederConfig or InstanceConfig that
-// cannot be used.
-var ErrInvalidConfig = errors.New("jetstream: invalid config")
+// Errors.
+var (
+	// ErrInvalidConfig reports a Config that cannot be used.
+	ErrInvalidConfig = errors.New("jetstream: invalid config")
+	// ErrMismatch reports a set whose existing assets disagree with the
+	// Config passed to Open (replicas, storage, limits). Open changes
+	// nothing then: an operator changes a set's assets (docs/operations.md).
+	ErrMismatch = errors.New("jetstream: the set's assets disagree with the Config")
+)
 
 // Set is an opened set: its stream, buckets and object store. It is safe
 // for concurrent use.
@@ -93,17 +106,21 @@ type Set struct {
 	pos     js.KeyValue
 	lease   js.KeyValue
 	objects js.ObjectStore
-	starts  startCache
 }
 
-// Open creates the set's stream, buckets and object store, or updates them
-// to cfg, and returns the Set.
+// Open creates the set's stream, buckets and object store if they do not
+// exist, and returns the Set. Assets that exist with other settings than
+// cfg asks for (replicas, storage, max age, duplicates window, lease TTL)
+// are an error wrapping ErrMismatch, and are left as they are.
 func Open(ctx context.Context, cfg Config) (*Set, error) {
 	if cfg.JetStream == nil || !fanout.ValidSet(cfg.Set) {
 		return nil, fmt.Errorf("%w: JetStream is required and Set must be 1-64 of A-Z a-z 0-9 _ -, got %q", ErrInvalidConfig, cfg.Set)
 	}
 	if cfg.Replicas < 0 || cfg.MaxAge < 0 || cfg.Duplicates < 0 || cfg.LeaseTTL < 0 {
 		return nil, fmt.Errorf("%w: negative Replicas or duration", ErrInvalidConfig)
+	}
+	if len(cfg.Key) > 0 && len(cfg.Key) < 16 {
+		return nil, fmt.Errorf("%w: Key must be at least 16 bytes", ErrInvalidConfig)
 	}
 	defaults.Set(&cfg.Replicas, DefaultReplicas)
 	defaults.Set(&cfg.MaxAge, DefaultMaxAge)
@@ -113,37 +130,106 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Set{cfg: cfg, subject: "bloomgate." + cfg.Set}
+	j := cfg.JetStream
 	var err error
-	s.stream, err = cfg.JetStream.CreateOrUpdateStream(ctx, js.StreamConfig{
-		Name:       streamName(cfg.Set),
-		Subjects:   []string{s.subject},
-		Storage:    js.FileStorage,
-		Replicas:   cfg.Replicas,
-		MaxAge:     cfg.MaxAge,
-		Duplicates: cfg.Duplicates,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: stream: %w", err)
+	if s.stream, err = openStream(ctx, j, js.StreamConfig{
+		Name: streamName(cfg.Set), Subjects: []string{s.subject}, Storage: js.FileStorage,
+		Replicas: cfg.Replicas, MaxAge: cfg.MaxAge, Duplicates: cfg.Duplicates,
+	}); err != nil {
+		return nil, err
 	}
-	s.pos, err = cfg.JetStream.CreateOrUpdateKeyValue(ctx, js.KeyValueConfig{
-		Bucket: "BG_" + cfg.Set + "_pos", History: 8, Replicas: cfg.Replicas, Storage: js.FileStorage,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: position bucket: %w", err)
+	if s.pos, err = openKV(ctx, j, js.KeyValueConfig{
+		Bucket: "BG_" + cfg.Set + "_pos", History: 1, Replicas: cfg.Replicas, Storage: js.FileStorage,
+	}); err != nil {
+		return nil, err
 	}
-	s.lease, err = cfg.JetStream.CreateOrUpdateKeyValue(ctx, js.KeyValueConfig{
+	if s.lease, err = openKV(ctx, j, js.KeyValueConfig{
 		Bucket: "BG_" + cfg.Set + "_lease", History: 1, TTL: cfg.LeaseTTL, Replicas: cfg.Replicas, Storage: js.FileStorage,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: lease bucket: %w", err)
+	}); err != nil {
+		return nil, err
 	}
-	s.objects, err = cfg.JetStream.CreateOrUpdateObjectStore(ctx, js.ObjectStoreConfig{
+	if s.objects, err = openObjects(ctx, j, js.ObjectStoreConfig{
 		Bucket: "BG_" + cfg.Set + "_snap", Replicas: cfg.Replicas, Storage: js.FileStorage,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: object store: %w", err)
+	}); err != nil {
+		return nil, err
 	}
 	return s, nil
+}
+
+func openStream(ctx context.Context, j js.JetStream, want js.StreamConfig) (js.Stream, error) {
+	st, err := j.Stream(ctx, want.Name)
+	if errors.Is(err, js.ErrStreamNotFound) {
+		st, err = j.CreateStream(ctx, want)
+		if errors.Is(err, js.ErrStreamNameAlreadyInUse) {
+			st, err = j.Stream(ctx, want.Name) // another process created it
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: stream %s: %w", want.Name, err)
+	}
+	have := st.CachedInfo().Config
+	return st, mismatch("stream "+want.Name,
+		diff{"replicas", have.Replicas, want.Replicas},
+		diff{"storage", have.Storage, want.Storage},
+		diff{"max age", have.MaxAge, want.MaxAge},
+		diff{"duplicates window", have.Duplicates, want.Duplicates},
+		diff{"subjects", fmt.Sprint(have.Subjects), fmt.Sprint(want.Subjects)})
+}
+
+func openKV(ctx context.Context, j js.JetStream, want js.KeyValueConfig) (js.KeyValue, error) {
+	kv, err := j.KeyValue(ctx, want.Bucket)
+	if errors.Is(err, js.ErrBucketNotFound) {
+		kv, err = j.CreateKeyValue(ctx, want)
+		if errors.Is(err, js.ErrBucketExists) || errors.Is(err, js.ErrStreamNameAlreadyInUse) {
+			kv, err = j.KeyValue(ctx, want.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: bucket %s: %w", want.Bucket, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: bucket %s: %w", want.Bucket, err)
+	}
+	info := st.(*js.KeyValueBucketStatus).StreamInfo().Config
+	return kv, mismatch("bucket "+want.Bucket,
+		diff{"replicas", info.Replicas, want.Replicas},
+		diff{"storage", info.Storage, want.Storage},
+		diff{"TTL", info.MaxAge, want.TTL})
+}
+
+func openObjects(ctx context.Context, j js.JetStream, want js.ObjectStoreConfig) (js.ObjectStore, error) {
+	obs, err := j.ObjectStore(ctx, want.Bucket)
+	if errors.Is(err, js.ErrBucketNotFound) {
+		obs, err = j.CreateObjectStore(ctx, want)
+		if errors.Is(err, js.ErrBucketExists) || errors.Is(err, js.ErrStreamNameAlreadyInUse) {
+			obs, err = j.ObjectStore(ctx, want.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: object store %s: %w", want.Bucket, err)
+	}
+	st, err := obs.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: object store %s: %w", want.Bucket, err)
+	}
+	return obs, mismatch("object store "+want.Bucket,
+		diff{"replicas", st.Replicas(), want.Replicas},
+		diff{"storage", st.Storage(), want.Storage})
+}
+
+type diff struct {
+	what       string
+	have, want any
+}
+
+func mismatch(asset string, ds ...diff) error {
+	for _, d := range ds {
+		if d.have != d.want {
+			return fmt.Errorf("%w: %s has %s %v, the Config asks for %v", ErrMismatch, asset, d.what, d.have, d.want)
+		}
+	}
+	return nil
 }
 
 // Delete removes the set's stream, buckets and object store, and with them
@@ -161,141 +247,148 @@ func (s *Set) Delete(ctx context.Context) error {
 
 func streamName(set string) string { return "BG_" + set }
 
-// startCache maps feed positions to the stream sequence to read next from
-// them, for positions seen recently (snapshot records, message ends), so
-// Stream rarely has to search the stream.
-type startCache struct {
-	mu sync.Mutex
-	m  map[changefeed.Position]uint64
+// FeederConfig configures a feeder (fanout.FeederConfig).
+type FeederConfig = fanout.FeederConfig
+
+// InstanceConfig configures an instance (fanout.InstanceConfig).
+type InstanceConfig = fanout.InstanceConfig
+
+// NewFeeder returns a feeder for the set.
+func (s *Set) NewFeeder(cfg FeederConfig) (*fanout.Feeder, error) {
+	return fanout.NewFeeder(s.backend(), cfg)
 }
 
-func (c *startCache) put(pos changefeed.Position, seq uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= 4096 {
-		c.m = make(map[changefeed.Position]uint64)
+// NewInstance returns the instance side of the set. It needs no database.
+func (s *Set) NewInstance(cfg InstanceConfig) (*fanout.Instance, error) {
+	return fanout.NewInstance(s.backend(), cfg)
+}
+
+func (s *Set) backend() fanout.Backend {
+	return fanout.Backend{
+		Name: s.cfg.Set, Log: (*jsLog)(s), Store: (*jsStore)(s), LeaseTTL: s.cfg.LeaseTTL,
+		NewLease: func() fanout.Lease { return &jsLease{s: s} },
+		Key:      s.cfg.Key, Logger: s.cfg.Logger,
 	}
-	c.m[pos] = seq
 }
 
-func (c *startCache) get(pos changefeed.Position) (uint64, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	seq, ok := c.m[pos]
-	return seq, ok
-}
+// jsLog is the stream as a fanout.Log; cursors are stream sequences.
+type jsLog Set
 
-// batchAt reads and decodes the message at seq.
-func (s *Set) batchAt(ctx context.Context, seq uint64) (fanout.Batch, error) {
-	m, err := s.stream.GetMsg(ctx, seq)
+var _ fanout.Log = (*jsLog)(nil)
+
+func seqOf(c fanout.Cursor) (uint64, error) {
+	if c == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseUint(string(c), 10, 64)
 	if err != nil {
-		return fanout.Batch{}, fmt.Errorf("jetstream: message %d: %w", seq, err)
+		return 0, fmt.Errorf("jetstream: cursor %q: %w", c, err)
 	}
-	return fanout.DecodeBatch(m.Data)
+	return v, nil
 }
 
-// tail returns the stream's last sequence and the end position of its last
-// message (0 when the stream holds no message).
-func (s *Set) tail(ctx context.Context) (uint64, changefeed.Position, error) {
-	info, err := s.stream.Info(ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("jetstream: stream info: %w", err)
-	}
-	if info.State.Msgs == 0 {
-		return info.State.LastSeq, 0, nil
-	}
-	b, err := s.batchAt(ctx, info.State.LastSeq)
-	if err != nil {
-		return 0, 0, err
-	}
-	return info.State.LastSeq, b.End(), nil
+func cursor(seq uint64) fanout.Cursor { return fanout.Cursor(strconv.FormatUint(seq, 10)) }
+
+func wrongLast(err error) bool {
+	var apiErr *js.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == js.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == js.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// find returns the stream sequence to read from to continue from pos: the
-// cached one, else the first message ending after pos, found by binary
-// search (positions grow with sequences). A pos beyond the log's end or
-// before its first message is an error wrapping fanout.ErrGap.
-func (s *Set) find(ctx context.Context, pos changefeed.Position) (uint64, error) {
-	if seq, ok := s.starts.get(pos); ok {
-		return seq, nil
-	}
-	info, err := s.stream.Info(ctx)
+func (l *jsLog) Append(ctx context.Context, after fanout.Cursor, data []byte) (fanout.Cursor, error) {
+	seq, err := seqOf(after)
 	if err != nil {
-		return 0, fmt.Errorf("jetstream: stream info: %w", err)
+		return "", err
 	}
-	first, last := info.State.FirstSeq, info.State.LastSeq
-	if info.State.Msgs == 0 {
-		return 0, fmt.Errorf("%w: position %v: the stream is empty", fanout.ErrGap, pos)
-	}
-	lo, hi := first, last+1
-	for lo < hi {
-		mid := lo + (hi-lo)/2
-		b, err := s.batchAt(ctx, mid)
-		if err != nil {
-			return 0, err
+	sum := sha256.Sum256(data)
+	m := nats.NewMsg(l.subject)
+	m.Data = data
+	ack, err := l.cfg.JetStream.PublishMsg(ctx, m, js.WithExpectLastSequence(seq),
+		js.WithMsgID(strconv.FormatUint(seq, 10)+"-"+hex.EncodeToString(sum[:12])))
+	switch {
+	case err == nil && ack.Sequence == seq+1:
+		return cursor(ack.Sequence), nil
+	case err == nil:
+		return "", fmt.Errorf("%w: stored as sequence %d, expected %d", fanout.ErrFenced, ack.Sequence, seq+1)
+	case wrongLast(err):
+		// An earlier attempt of ours may be the one after seq.
+		if m, gerr := l.stream.GetMsg(ctx, seq+1); gerr == nil && bytes.Equal(m.Data, data) {
+			return cursor(seq + 1), nil
 		}
-		if b.End() >= pos {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
+		return "", fmt.Errorf("%w: %v", fanout.ErrFenced, err)
 	}
-	if lo > last {
-		return 0, fmt.Errorf("%w: position %v is beyond the stream's end", fanout.ErrGap, pos)
-	}
-	b, err := s.batchAt(ctx, lo)
-	if err != nil {
-		return 0, err
-	}
-	if b.End() == pos {
-		return lo + 1, nil
-	}
-	if b.Prev > pos {
-		return 0, fmt.Errorf("%w: position %v precedes the stream's first message (%v)", fanout.ErrGap, pos, b.Prev)
-	}
-	return lo, nil
+	return "", fmt.Errorf("jetstream: publish: %w", err)
 }
 
-// read applies the stream's messages from sequence start on, continuing
-// from pos (fanout.Continue), and returns the position reached. apply gets
-// each transaction and the sequence to resume from after it. It checks that
-// sequences follow each other: a trimmed or missing message is an error
-// wrapping fanout.ErrGap. It returns after the message at until (when
-// until > 0), or when ctx is done, apply fails, or a message is corrupt.
-func (s *Set) read(ctx context.Context, start uint64, pos changefeed.Position, until uint64,
-	apply func(t changefeed.Txn, next uint64) error) (changefeed.Position, error) {
-	next := start
-	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
+func (l *jsLog) Last(ctx context.Context) (fanout.Entry, fanout.Cursor, error) {
+	info, err := l.stream.Info(ctx)
+	if err != nil {
+		return fanout.Entry{}, "", fmt.Errorf("jetstream: stream info: %w", err)
+	}
+	tail := cursor(info.State.LastSeq)
+	if info.State.Msgs == 0 {
+		return fanout.Entry{Cursor: tail}, tail, nil
+	}
+	m, err := l.stream.GetLastMsgForSubject(ctx, l.subject)
+	if err == nil {
+		return fanout.Entry{Cursor: cursor(m.Sequence), Data: m.Data}, tail, nil
+	}
+	if !errors.Is(err, js.ErrMsgNotFound) {
+		return fanout.Entry{}, "", fmt.Errorf("jetstream: last message: %w", err)
+	}
+	// The newest messages were deleted: walk back to the last one left.
+	for seq := info.State.LastSeq; seq >= info.State.FirstSeq && seq > 0; seq-- {
+		m, err := l.stream.GetMsg(ctx, seq)
+		if err == nil {
+			return fanout.Entry{Cursor: cursor(m.Sequence), Data: m.Data}, tail, nil
+		}
+		if !errors.Is(err, js.ErrMsgNotFound) {
+			return fanout.Entry{}, "", fmt.Errorf("jetstream: message %d: %w", seq, err)
+		}
+	}
+	return fanout.Entry{Cursor: tail}, tail, nil
+}
+
+// Read applies the stream's messages after after. It checks that sequences
+// follow each other: a trimmed or deleted message is an error wrapping
+// fanout.ErrGap. Consumers lost with a server are recreated.
+func (l *jsLog) Read(ctx context.Context, after fanout.Cursor, fn func(fanout.Entry) error) error {
+	seq, err := seqOf(after)
+	if err != nil {
+		return err
+	}
+	next := seq + 1
+	bo := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for {
-		if until > 0 && next > until {
-			return pos, nil
+		err := l.readFrom(ctx, &next, fn)
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		var err error
-		pos, err = s.readFrom(ctx, &next, pos, until, apply)
-		if err == nil || ctx.Err() != nil || errors.Is(err, changefeed.ErrRebuild) || errors.Is(err, fanout.ErrCorrupt) || errors.Is(err, errApply) {
-			if ctx.Err() != nil {
-				return pos, ctx.Err()
-			}
-			return pos, err
+		var ce *consumerError
+		if !errors.As(err, &ce) {
+			return err
 		}
-		s.cfg.Logger.Warn("bloomgate: jetstream consumer failed, recreating", "seq", next, "err", err)
-		if err := retry.Wait(ctx); err != nil {
-			return pos, err
+		l.cfg.Logger.Warn("bloomgate: jetstream consumer failed, recreating", "set", l.cfg.Set, "seq", next, "err", err)
+		if bo.Wait(ctx) != nil {
+			return ctx.Err()
 		}
 	}
 }
 
-var errApply = errors.New("jetstream: apply failed")
+// consumerError is a consumer failure Read recovers from.
+type consumerError struct{ err error }
+
+func (e *consumerError) Error() string { return e.err.Error() }
+func (e *consumerError) Unwrap() error { return e.err }
 
 // readFrom runs one ephemeral consumer (R1, in memory, no acks) from
 // *next. The consumer's idle heartbeats reveal a consumer lost with its
-// server; read then creates another one. (The client's ordered consumer
+// server; Read then creates another one. (The client's ordered consumer
 // retries its re-creation forever, inside Next, which kept an instance
 // stuck when a server went away.)
-func (s *Set) readFrom(ctx context.Context, next *uint64, pos changefeed.Position, until uint64,
-	apply func(t changefeed.Txn, next uint64) error) (changefeed.Position, error) {
+func (l *jsLog) readFrom(ctx context.Context, next *uint64, fn func(fanout.Entry) error) error {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	cons, err := s.stream.CreateConsumer(cctx, js.ConsumerConfig{
+	cons, err := l.stream.CreateConsumer(cctx, js.ConsumerConfig{
 		DeliverPolicy:     js.DeliverByStartSequencePolicy,
 		OptStartSeq:       *next,
 		AckPolicy:         js.AckNonePolicy,
@@ -305,16 +398,16 @@ func (s *Set) readFrom(ctx context.Context, next *uint64, pos changefeed.Positio
 	})
 	cancel()
 	if err != nil {
-		return pos, fmt.Errorf("jetstream: consumer: %w", err)
+		return &consumerError{fmt.Errorf("jetstream: consumer: %w", err)}
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		s.stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
+		l.stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
 		cancel()
 	}()
 	it, err := cons.Messages(js.PullExpiry(5*time.Second), js.PullHeartbeat(time.Second))
 	if err != nil {
-		return pos, fmt.Errorf("jetstream: consumer: %w", err)
+		return &consumerError{fmt.Errorf("jetstream: consumer: %w", err)}
 	}
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer func() {
@@ -325,79 +418,157 @@ func (s *Set) readFrom(ctx context.Context, next *uint64, pos changefeed.Positio
 	for {
 		m, err := it.Next()
 		if err != nil {
-			return pos, fmt.Errorf("jetstream: next message: %w", err)
+			return &consumerError{fmt.Errorf("jetstream: next message: %w", err)}
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			return pos, fmt.Errorf("jetstream: message metadata: %w", err)
+			return &consumerError{fmt.Errorf("jetstream: message metadata: %w", err)}
 		}
 		seq := md.Sequence.Stream
 		if seq < *next {
 			continue // redelivered after a consumer reset
 		}
 		if seq > *next {
-			return pos, s.skipped(ctx, *next, seq)
+			return l.skipped(ctx, *next, seq)
 		}
-		b, err := fanout.DecodeBatch(m.Data())
-		if err != nil {
-			return pos, fmt.Errorf("jetstream: message %d: %w", seq, err)
-		}
-		txns, err := fanout.Continue(pos, b)
-		if err != nil {
-			return pos, fmt.Errorf("jetstream: message %d: %w", seq, err)
-		}
-		for i, t := range txns {
-			resume := seq
-			if i == len(txns)-1 {
-				resume = seq + 1
-			}
-			if err := apply(t, resume); err != nil {
-				return pos, fmt.Errorf("%w: %w", errApply, err)
-			}
-			pos = t.End
+		if err := fn(fanout.Entry{Cursor: cursor(seq), Data: m.Data()}); err != nil {
+			return err
 		}
 		*next = seq + 1
-		s.starts.put(b.End(), seq+1)
-		if until > 0 && seq >= until {
-			return pos, nil
-		}
 	}
 }
 
 // skipped explains a consumer that delivered got where want was due: an
 // error wrapping fanout.ErrGap when the stream no longer holds want
-// (trimmed or deleted), else a transient error (the consumer lost messages in flight,
-// as an unacknowledged consumer may across a reconnection), after which
-// read creates a new consumer from want.
-func (s *Set) skipped(ctx context.Context, want, got uint64) error {
-	info, err := s.stream.Info(ctx)
+// (trimmed or deleted), else a consumer error (the consumer lost messages
+// in flight, as an unacknowledged consumer may across a reconnection),
+// after which Read creates a new consumer from want.
+func (l *jsLog) skipped(ctx context.Context, want, got uint64) error {
+	info, err := l.stream.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("jetstream: expected stream sequence %d, got %d; stream info: %w", want, got, err)
+		return &consumerError{fmt.Errorf("jetstream: expected stream sequence %d, got %d; stream info: %w", want, got, err)}
 	}
 	if info.State.FirstSeq > want {
 		return fmt.Errorf("%w: expected stream sequence %d, the stream starts at %d (trimmed)", fanout.ErrGap, want, info.State.FirstSeq)
 	}
-	if _, err := s.stream.GetMsg(ctx, want); errors.Is(err, js.ErrMsgNotFound) {
+	if _, err := l.stream.GetMsg(ctx, want); errors.Is(err, js.ErrMsgNotFound) {
 		return fmt.Errorf("%w: stream sequence %d was deleted", fanout.ErrGap, want)
 	}
-	return fmt.Errorf("jetstream: consumer skipped from sequence %d to %d", want, got)
+	return &consumerError{fmt.Errorf("jetstream: consumer skipped from sequence %d to %d", want, got)}
 }
 
-// head reads the feeder's heartbeat: the database's newest position and the
-// entry's revision.
-func (s *Set) head(ctx context.Context) (changefeed.Position, uint64, error) {
-	e, err := s.pos.Get(ctx, keyHead)
+// jsLease is the lease key as a fanout.Lease.
+type jsLease struct {
+	s      *Set
+	holder string
+	rev    uint64
+}
+
+const keyFeeder = "feeder"
+
+func (l *jsLease) Acquire(ctx context.Context, holder string) (uint64, error) {
+	rev, err := l.s.lease.Create(ctx, keyFeeder, []byte(holder))
+	if errors.Is(err, js.ErrKeyExists) {
+		return 0, fmt.Errorf("%w: %v", fanout.ErrHeld, err)
+	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("jetstream: head: %w", err)
+		return 0, fmt.Errorf("jetstream: lease: %w", err)
 	}
-	if len(e.Value()) != 8 {
-		return 0, 0, fmt.Errorf("jetstream: head: %d bytes", len(e.Value()))
-	}
-	return changefeed.Position(binary.BigEndian.Uint64(e.Value())), e.Revision(), nil
+	l.holder, l.rev = holder, rev
+	return rev, nil
 }
 
-const (
-	keyHead     = "head"
-	keySnapshot = "snapshot"
-	keyFeeder   = "feeder"
-)
+func (l *jsLease) Renew(ctx context.Context) error {
+	rev, err := l.s.lease.Update(ctx, keyFeeder, []byte(l.holder), l.rev)
+	switch {
+	case err == nil:
+		l.rev = rev
+		return nil
+	case errors.Is(err, js.ErrKeyExists), errors.Is(err, js.ErrKeyNotFound), wrongLast(err):
+		return fmt.Errorf("%w: %v", fanout.ErrLost, err)
+	}
+	return fmt.Errorf("jetstream: lease: %w", err)
+}
+
+func (l *jsLease) Release(ctx context.Context) error {
+	return l.s.lease.Delete(ctx, keyFeeder, js.LastRevision(l.rev))
+}
+
+// jsStore is the position bucket and the object store as a fanout.Store.
+type jsStore Set
+
+var _ fanout.Store = (*jsStore)(nil)
+
+func (s *jsStore) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+	e, err := s.pos.Get(ctx, key)
+	if errors.Is(err, js.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("%w: %s", fanout.ErrNotFound, key)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("jetstream: %s: %w", key, err)
+	}
+	return e.Value(), e.Revision(), nil
+}
+
+func (s *jsStore) Put(ctx context.Context, key string, val []byte) error {
+	if _, err := s.pos.Put(ctx, key, val); err != nil {
+		return fmt.Errorf("jetstream: %s: %w", key, err)
+	}
+	return nil
+}
+
+func (s *jsStore) CompareAndPut(ctx context.Context, key string, val []byte, rev uint64) (uint64, error) {
+	var nrev uint64
+	var err error
+	if rev == 0 {
+		nrev, err = s.pos.Create(ctx, key, val)
+	} else {
+		nrev, err = s.pos.Update(ctx, key, val, rev)
+	}
+	switch {
+	case err == nil:
+		return nrev, nil
+	case errors.Is(err, js.ErrKeyExists), wrongLast(err):
+		return 0, fmt.Errorf("%w: %s: %v", fanout.ErrConflict, key, err)
+	}
+	return 0, fmt.Errorf("jetstream: %s: %w", key, err)
+}
+
+func (s *jsStore) PutObject(ctx context.Context, name string, r io.Reader) error {
+	_, err := s.objects.Put(ctx, js.ObjectMeta{Name: name}, r)
+	return err
+}
+
+func (s *jsStore) GetObject(ctx context.Context, name string) (io.ReadCloser, int64, error) {
+	res, err := s.objects.Get(ctx, name)
+	if errors.Is(err, js.ErrObjectNotFound) {
+		return nil, 0, fmt.Errorf("%w: object %s", fanout.ErrNotFound, name)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	var size int64
+	if info, err := res.Info(); err == nil {
+		size = int64(info.Size)
+	}
+	return res, size, nil
+}
+
+func (s *jsStore) Objects(ctx context.Context) ([]string, error) {
+	infos, err := s.objects.List(ctx)
+	if errors.Is(err, js.ErrNoObjectsFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(infos))
+	for _, o := range infos {
+		names = append(names, o.Name)
+	}
+	return names, nil
+}
+
+func (s *jsStore) DeleteObject(ctx context.Context, name string) error {
+	return s.objects.Delete(ctx, name)
+}

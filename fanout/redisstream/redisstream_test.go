@@ -3,11 +3,14 @@ package redisstream_test
 import (
 	"context"
 	crand "crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,12 +33,18 @@ const (
 // (testsvc.Redis) and deletes its keys afterwards.
 func openSet(t *testing.T) (*redisstream.Set, *redis.Client, string) {
 	t.Helper()
+	return openSetKey(t, nil)
+}
+
+// openSetKey is openSet with Config.Key.
+func openSetKey(t *testing.T, key []byte) (*redisstream.Set, *redis.Client, string) {
+	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: testsvc.Redis(t)})
 	t.Cleanup(func() { c.Close() })
 	var b [4]byte
 	crand.Read(b[:])
 	name := "t" + hex.EncodeToString(b[:])
-	set, err := redisstream.Open(context.Background(), redisstream.Config{Client: c, Set: name, LeaseTTL: time.Second})
+	set, err := redisstream.Open(context.Background(), redisstream.Config{Client: c, Set: name, LeaseTTL: time.Second, Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +59,7 @@ func runFeeder(t *testing.T, set *redisstream.Set, pg *fanouttest.PG, id string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := set.NewFeeder(redisstream.FeederConfig{Source: pg.Feed(t), Gate: g, ID: id, HeartbeatInterval: testHeartbeat,
+	f, err := set.NewFeeder(redisstream.FeederConfig{Feed: pg.Feed(t), Gate: g, ID: id, HeartbeatInterval: testHeartbeat,
 		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: 2 * time.Second, MaxLag: testMaxLag}})
 	if err != nil {
 		t.Fatal(err)
@@ -198,40 +207,278 @@ func TestRedisFanout(t *testing.T) {
 }
 
 // A trimmed stream (Redis trims silently) is detected from the batches'
-// previous positions: Stream reports an error wrapping ErrRebuild.
+// previous positions: Stream from the bootstrap snapshot's record reports
+// an error wrapping ErrRebuild.
 func TestRedisTrimmedIsRebuild(t *testing.T) {
 	set, c, name := openSet(t)
 	pg := fanouttest.NewPG(t, 100)
 	runFeeder(t, set, pg, "A")
 	g, _ := instance(t, set, pg)
 	var tok changefeed.Position
-	insert := func(prefix string) {
-		for i := range 20 {
-			var err error
-			if tok, err = pg.Insert(context.Background(), fmt.Sprintf("%s%d@x", prefix, i)); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(2 * time.Millisecond) // separate batches
+	for i := range 40 {
+		var err error
+		if tok, err = pg.Insert(context.Background(), fmt.Sprintf("a%d@x", i)); err != nil {
+			t.Fatal(err)
 		}
-		for g.Position() < tok {
-			time.Sleep(time.Millisecond)
-		}
+		time.Sleep(2 * time.Millisecond) // separate batches
 	}
-	insert("a")
-	old := g.Position()
-	insert("b")
+	for g.Position() < tok {
+		time.Sleep(time.Millisecond)
+	}
 	if err := c.XTrimMaxLen(context.Background(), "bg:{"+name+"}:log", 1).Err(); err != nil {
 		t.Fatal(err)
 	}
-	in, err := set.NewInstance(redisstream.InstanceConfig{})
+	err := streamFromRecord(t, set)
+	if !errors.Is(err, changefeed.ErrRebuild) || !errors.Is(err, fanout.ErrGap) {
+		t.Fatalf("Stream from a trimmed position: %v, want ErrGap wrapping ErrRebuild", err)
+	}
+	t.Logf("Stream from a trimmed position: %v", err)
+}
+
+// streamFromRecord runs an instance's Stream from the feeder's newest
+// snapshot record, as Follow does after loading it, until it fails.
+func streamFromRecord(t *testing.T, set *redisstream.Set) error {
+	t.Helper()
+	in, err := set.NewInstance(redisstream.InstanceConfig{HeadTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	err = in.Stream(ctx, old, func(changefeed.Txn) error { return nil })
-	if !errors.Is(err, changefeed.ErrRebuild) || !errors.Is(err, fanout.ErrGap) {
-		t.Fatalf("Stream from a trimmed position: %v, want ErrGap wrapping ErrRebuild", err)
+	var from changefeed.Position
+	if err := in.Snapshots().Load(ctx, func(r io.Reader) error {
+		var hdr [16]byte
+		_, err := io.ReadFull(r, hdr[:])
+		from = changefeed.Position(binary.LittleEndian.Uint64(hdr[8:]))
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("Stream from a trimmed position: %v", err)
+	return in.Stream(ctx, from, func(changefeed.Txn) error { return nil })
+}
+
+// lastBatch returns the stream's last entry, decoded.
+func lastBatch(t *testing.T, c *redis.Client, name string) (fanout.Batch, []byte) {
+	t.Helper()
+	msgs, err := c.XRevRangeN(context.Background(), "bg:{"+name+"}:log", "+", "-", 1).Result()
+	if err != nil || len(msgs) == 0 {
+		t.Fatalf("last entry: %v (%d)", err, len(msgs))
+	}
+	d, _ := msgs[0].Values["d"].(string)
+	b, err := fanout.DecodeBatch([]byte(d), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, []byte(d)
+}
+
+// TestRedisHostile: someone else's entries in the stream never cause a
+// false negative, and the set serves new rows again by itself — among them
+// a foreign XADD * (its ID sorts above the feeder's) and the largest ID
+// there is (after which no ID can follow).
+func TestRedisHostile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-second scenario, skipped in -short mode")
+	}
+	for _, tc := range []struct {
+		name string
+		add  func(t *testing.T, c *redis.Client, name string) error
+	}{
+		{"foreign XADD *", func(t *testing.T, c *redis.Client, name string) error {
+			return c.XAdd(context.Background(), &redis.XAddArgs{Stream: "bg:{" + name + "}:log", Values: []any{"d", "hello"}}).Err()
+		}},
+		{"largest ID", func(t *testing.T, c *redis.Client, name string) error {
+			return c.XAdd(context.Background(), &redis.XAddArgs{Stream: "bg:{" + name + "}:log", ID: "18446744073709551615-18446744073709551615", Values: []any{"d", "x"}}).Err()
+		}},
+		{"forged far-ahead marker", func(t *testing.T, c *redis.Client, name string) error {
+			b, _ := lastBatch(t, c, name)
+			p, _ := fanout.AppendBatch(nil, fanout.Batch{Term: b.Term, Prev: b.End(), Txns: []changefeed.Txn{{Commit: b.End() + 1<<40, End: b.End() + 1<<40}}}, nil)
+			return c.XAdd(context.Background(), &redis.XAddArgs{Stream: "bg:{" + name + "}:log", Values: []any{"d", p}}).Err()
+		}},
+		{"flipped bit", func(t *testing.T, c *redis.Client, name string) error {
+			_, d := lastBatch(t, c, name)
+			d[len(d)/2] ^= 0x10
+			return c.XAdd(context.Background(), &redis.XAddArgs{Stream: "bg:{" + name + "}:log", Values: []any{"d", d}}).Err()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set, c, name := openSet(t)
+			pg := fanouttest.NewPG(t, 1000)
+			runFeeder(t, set, pg, "A")
+			g1, _ := instance(t, set, pg)
+			g2, _ := instance(t, set, pg)
+			fanouttest.Hostile(t, pg, testMaxLag, []*bloomgate.Gate{g1, g2}, func() {
+				if err := tc.add(t, c, name); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+}
+
+// Open with settings other than the set was first opened with is an error.
+func TestRedisOpenNeverWeakens(t *testing.T) {
+	set, c, name := openSet(t)
+	_ = set
+	_, err := redisstream.Open(context.Background(), redisstream.Config{Client: c, Set: name, LeaseTTL: time.Second, MaxLen: 10})
+	if !errors.Is(err, redisstream.ErrMismatch) {
+		t.Fatalf("Open with another MaxLen: %v, want ErrMismatch", err)
+	}
+	t.Logf("Open with another MaxLen: %v", err)
+}
+
+// TestRedisInstancesFollowRebuilds: the table grows 4× while instances run.
+// The feeder's gate rebuilds its overfilled filter and records a snapshot
+// of the new one; every running instance loads it without a restart. Every
+// row stays "maybe" on every instance throughout, and once the rebuilds
+// are done each instance's measured false-positive rate is within 2× the
+// target.
+func TestRedisInstancesFollowRebuilds(t *testing.T) {
+	testsvc.Short(t, "a table growing 4× under running instances")
+	const fpRate = 0.01
+	set, _, _ := openSet(t)
+	pg := fanouttest.NewPG(t, 5000)
+	gcfg := bloomgate.Config{Source: pg.Source, FPRate: fpRate, CheckInterval: 100 * time.Millisecond}
+	fg, err := bloomgate.New(gcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := set.NewFeeder(redisstream.FeederConfig{Feed: pg.Feed(t), Gate: fg, HeartbeatInterval: testHeartbeat,
+		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Hour, MaxLag: testMaxLag}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; fg.Close() })
+	var insts []*bloomgate.Gate
+	for range 2 {
+		g, err := bloomgate.New(gcfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := set.NewInstance(redisstream.InstanceConfig{HeadTimeout: 10 * testHeartbeat})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ictx, icancel := context.WithCancel(context.Background())
+		idone := make(chan struct{})
+		go func() {
+			g.Follow(ictx, in, bloomgate.FollowConfig{Identity: "users.email", Snapshots: in.Snapshots(), MaxLag: testMaxLag, SnapshotInterval: time.Hour})
+			close(idone)
+		}()
+		t.Cleanup(func() { icancel(); <-idone; g.Close() })
+		testsvc.Eventually(t, 30*time.Second, g.Ready, "instance ready")
+		insts = append(insts, g)
+	}
+	fp := func(g *bloomgate.Gate, n int) float64 {
+		pos := 0
+		for i := range n {
+			if g.MayContain([]byte(fmt.Sprintf("never-%d-%d@y", time.Now().UnixNano(), i))) {
+				pos++
+			}
+		}
+		return float64(pos) / float64(n)
+	}
+	for i, g := range insts {
+		t.Logf("instance %d before the growth: FP %.4f (target %.4f)", i, fp(g, 5000), fpRate)
+	}
+	var tok changefeed.Position
+	var fn int
+	for step := range 6 {
+		if tok, err = pg.InsertMany(context.Background(), fmt.Sprintf("g%d-", step), 2500); err != nil {
+			t.Fatal(err)
+		}
+		for i, g := range insts {
+			testsvc.Eventually(t, 30*time.Second, func() bool { return g.Position() >= tok }, "instance %d applies step %d", i, step)
+			for j := range 2500 {
+				if !g.MayContainAt([]byte(fmt.Sprintf("g%d-%d@x", step, j)), tok) {
+					fn++
+				}
+			}
+			t.Logf("step %d (%d rows): instance %d ready %v, FP %.4f", step, 5000+2500*(step+1), i, g.Ready(), fp(g, 2000))
+		}
+	}
+	// Once the feeder's rebuild is recorded, every instance loads it.
+	for i, g := range insts {
+		var last float64
+		ok := false
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			if g.Ready() {
+				if last = fp(g, 5000); last <= 2*fpRate {
+					ok = true
+					break
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("instance %d after the growth to 20000 rows: FP %.4f (target %.4f)", i, last, fpRate)
+		if !ok {
+			t.Errorf("instance %d: FP %.4f after the growth, above 2× the target %.4f", i, last, fpRate)
+		}
+	}
+	if fn > 0 {
+		t.Fatalf("%d false negatives", fn)
+	}
+}
+
+// TestRedisKeyRefusesForgeries: with Config.Key, a well-formed continuation
+// that is unsigned, or signed with another key, is never applied: the key
+// it inserts is absent on every instance, and the set serves new rows again.
+func TestRedisKeyRefusesForgeries(t *testing.T) {
+	testsvc.Short(t, "multi-second scenario")
+	key := []byte("a shared key of 32 bytes, really")
+	for _, forgeKey := range [][]byte{nil, []byte("some other key of 32 bytes......")} {
+		t.Run(fmt.Sprintf("signed=%v", forgeKey != nil), func(t *testing.T) {
+			set, c, name := openSetKey(t, key)
+			pg := fanouttest.NewPG(t, 1000)
+			runFeeder(t, set, pg, "A")
+			g1, _ := instance(t, set, pg)
+			g2, _ := instance(t, set, pg)
+			// Watch, all along, for an instance that answers with the forgery.
+			var applied atomic.Int64
+			wctx, stopWatch := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				for wctx.Err() == nil {
+					for _, g := range []*bloomgate.Gate{g1, g2} {
+						if g.Ready() && g.MayContain([]byte("forged@x")) {
+							applied.Add(1)
+						}
+					}
+					time.Sleep(time.Millisecond)
+				}
+			})
+			defer func() {
+				stopWatch()
+				wg.Wait()
+				if n := applied.Load(); n > 0 {
+					t.Errorf("a ready instance answered \"maybe\" for the forged key %d times: the forgery was applied", n)
+				}
+			}()
+			fanouttest.Hostile(t, pg, testMaxLag, []*bloomgate.Gate{g1, g2}, func() {
+				msgs, err := c.XRevRangeN(context.Background(), "bg:{"+name+"}:log", "+", "-", 1).Result()
+				if err != nil || len(msgs) == 0 {
+					t.Fatalf("last entry: %v", err)
+				}
+				d, _ := msgs[0].Values["d"].(string)
+				b, err := fanout.DecodeBatch([]byte(d), key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, _ := fanout.AppendBatch(nil, fanout.Batch{Term: b.Term, Prev: b.End(), Txns: []changefeed.Txn{{Commit: b.End() + 1, End: b.End() + 2,
+					Changes: []changefeed.Change{{Kind: changefeed.Insert, Key: []byte("forged@x")}}}}}, forgeKey)
+				if err := c.XAdd(context.Background(), &redis.XAddArgs{Stream: "bg:{" + name + "}:log", Values: []any{"d", p}}).Err(); err != nil {
+					t.Fatal(err)
+				}
+			})
+			for i, g := range []*bloomgate.Gate{g1, g2} {
+				if g.Ready() && g.MayContain([]byte("forged@x")) {
+					t.Errorf("instance %d applied the forged insert", i)
+				}
+			}
+		})
+	}
 }

@@ -28,9 +28,12 @@ const serveUsage = `usage: bloomgate serve [-config FILE] [-resp ADDR] [-http AD
        bloomgate serve check [-data DIR] [-repair]
 
 Serves filters over the Redis protocol (RedisBloom's BF.* and CF.* commands,
-plus BG.EXISTS) and over HTTP (JSON under /v1, /metrics, /healthz, /readyz).
-With no config file it serves standalone filters; the config file declares
-table-backed sets (docs/serve.md describes its format).
+plus BG.EXISTS, BF.EXISTSAT/BG.EXISTSAT for read-your-writes, and BG.X* for
+items that expire) and over HTTP (JSON under /v1, /metrics, /healthz,
+/readyz). With no config file it serves standalone filters; the config file
+declares table-backed sets, which follow PostgreSQL's change feed by default
+and may fan out over NATS JetStream or a Redis stream (docs/serve.md
+describes its format).
 
 The password also comes from the environment variable BLOOMGATE_PASSWORD.
 Flags override the environment, which overrides the config file. Binding a

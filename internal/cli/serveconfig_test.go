@@ -100,6 +100,22 @@ func TestDocsConfig(t *testing.T) {
 	}
 }
 
+// TestDeployConfig parses the example config deploy/ ships.
+func TestDeployConfig(t *testing.T) {
+	fh, err := os.Open("../../deploy/bloomgate.conf.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	f, err := parseServeFile(fh)
+	if err != nil {
+		t.Fatalf("deploy/bloomgate.conf.example: %v", err)
+	}
+	if len(f.Sets) != 1 || !f.Sets[0].Follow {
+		t.Errorf("deploy example parsed as %+v", f)
+	}
+}
+
 func TestParseServeFileErrors(t *testing.T) {
 	for _, tt := range []struct{ conf, want string }{
 		{"resp :1\nbogus 1\n", `line 2: unknown key "bogus"`},

@@ -99,32 +99,30 @@ func openKeeper(ctx context.Context, d setDecl, sc serve.SetConfig, dataDir stri
 		}
 		k.instance, k.snaps = inst, inst.Snapshots()
 		if feederGate != nil {
-			f, err := set.NewFeeder(jetstream.FeederConfig{Source: k.source, Gate: feederGate, Follow: follow})
+			f, err := set.NewFeeder(jetstream.FeederConfig{Feed: k.source, Gate: feederGate, Follow: follow})
 			if err != nil {
 				return nil, closers, fmt.Errorf("set %q: %w", d.Name, err)
 			}
 			k.feeder = f
 		}
 	case "redis":
-		if d.Replicas != 0 {
-			return nil, closers, fmt.Errorf("set %q: replicas: a Redis stream's replicas are Redis' own (WAIT is not configurable here yet)", d.Name)
-		}
 		client, err := redisstream.Dial(cctx, d.Redis, timeout)
 		if err != nil {
 			return nil, closers, fmt.Errorf("set %q: redis: %w", d.Name, timeoutHint(err, cctx, timeout))
 		}
 		closers = append(closers, func() { client.Close() })
-		set, err := redisstream.Open(cctx, redisstream.Config{Client: client, Set: d.Name, LeaseTTL: d.LeaseTTL, Logger: log})
+		set, err := redisstream.Open(cctx, redisstream.Config{Client: client, Set: d.Name, LeaseTTL: d.LeaseTTL,
+			WaitReplicas: d.Replicas, Logger: log})
 		if err != nil {
 			return nil, closers, fmt.Errorf("set %q: redis: %w", d.Name, timeoutHint(err, cctx, timeout))
 		}
-		inst, err := set.NewInstance(redisstream.InstanceConfig{})
+		inst, err := set.NewInstance(redisstream.InstanceConfig{Local: local})
 		if err != nil {
 			return nil, closers, fmt.Errorf("set %q: %w", d.Name, err)
 		}
 		k.instance, k.snaps = inst, inst.Snapshots()
 		if feederGate != nil {
-			f, err := set.NewFeeder(redisstream.FeederConfig{Source: k.source, Gate: feederGate, Follow: follow})
+			f, err := set.NewFeeder(redisstream.FeederConfig{Feed: k.source, Gate: feederGate, Follow: follow})
 			if err != nil {
 				return nil, closers, fmt.Errorf("set %q: %w", d.Name, err)
 			}

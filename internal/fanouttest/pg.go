@@ -27,6 +27,9 @@ type PG struct {
 	// Insert commits one row and returns the WAL position after the commit:
 	// the writer's read-your-writes token.
 	Insert func(ctx context.Context, key string) (changefeed.Position, error)
+	// InsertMany commits n rows prefix0@x … prefix<n-1>@x in one
+	// transaction and returns the WAL position after the commit.
+	InsertMany func(ctx context.Context, prefix string, n int) (changefeed.Position, error)
 	// Source scans the table (a gate's Config.Source).
 	Source bloomgate.Source
 }
@@ -71,6 +74,16 @@ func NewPG(t testing.TB, preRows int) *PG {
 	}
 	fx.Insert = func(ctx context.Context, key string) (changefeed.Position, error) {
 		if _, err := pool.Exec(ctx, "INSERT INTO "+fx.Table+" (email) VALUES ($1)", key); err != nil {
+			return 0, err
+		}
+		var lsn string
+		if err := pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+			return 0, err
+		}
+		return changefeed.ParsePosition(lsn)
+	}
+	fx.InsertMany = func(ctx context.Context, prefix string, n int) (changefeed.Position, error) {
+		if _, err := pool.Exec(ctx, "INSERT INTO "+fx.Table+" (email) SELECT $1 || g || '@x' FROM generate_series(0, $2::int - 1) g", prefix, n); err != nil {
 			return 0, err
 		}
 		var lsn string

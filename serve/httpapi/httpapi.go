@@ -18,8 +18,9 @@
 // A table-backed set that is not ready answers may_contain true. The at
 // parameter is the writer's position, taken after its commit with SELECT
 // pg_current_wal_insert_lsn() (or a decimal integer): the answer is false
-// only if the key is absent with every transaction up to it applied; a set
-// that does not follow a change feed refuses it (no_position). /readyz
+// only if the key is absent with every transaction up to it applied; on a
+// set that does not follow a change feed /contains refuses it
+// (no_position) and /exists asks the confirm query as without it. /readyz
 // reports every table-backed set's mode, role, state, reason, position and
 // lag, and answers 503 while one is not ready. Errors are
 // {"error":{"code":C,"message":M}} with a stable code (see serve.Error; plus

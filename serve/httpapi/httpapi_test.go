@@ -82,6 +82,12 @@ func TestHTTPAPI(t *testing.T) {
 	}{
 		{"GET", "/healthz", "", 200, `"ok"`},
 		{"GET", "/readyz", "", 200, `"ready":true`},
+		{"GET", "/readyz", "", 200, `"users":{"lag_seconds":0,"mode":"rebuild","position":"0/0","ready":true,"role":"none","state":"ready"}`},
+		{"GET", "/v1/sets/users/contains?key=u7@x&at=0/16B3", "", 409, `"code":"no_position"`},
+		{"GET", "/v1/sets/users/exists?key=u7@x&at=12", "", 200, `"exists":true`}, // rebuild-only: confirmed
+		{"GET", "/v1/sets/users/contains?key=u7@x&at=x/y", "", 400, `"code":"bad_position"`},
+		{"GET", "/v1/sets/users/exists?key=u7@x&at=", "", 400, `"code":"bad_position"`},
+		{"GET", "/v1/sets/nope/contains?key=u7@x&at=1", "", 404, `"code":"not_set"`},
 		{"PUT", "/v1/sets/f", `{"kind":"bloom","capacity":1000,"error_rate":0.001}`, 201, `"kind":"bloom"`},
 		{"PUT", "/v1/sets/f", `{}`, 409, `"code":"exists"`},
 		{"PUT", "/v1/sets/c", `{"kind":"cuckoo"}`, 201, `"kind":"cuckoo"`},

@@ -22,6 +22,7 @@ func FuzzCommands(f *testing.F) {
 		"HELLO 3\r\nBF.EXISTS k a\r\nCF.SCANDUMP c 0\r\nSCAN 0 MATCH * COUNT 5\r\nKEYS [a-\r\n",
 		"CLIENT SETNAME x\r\nCOMMAND\r\nCOMMAND INFO bf.add\r\nINFO\r\nCONFIG GET *\r\nDEL k\r\n",
 		"*3\r\n$12\r\nBF.LOADCHUNK\r\n$1\r\nk\r\n$1\r\n1\r\n",
+		"BG.XRESERVE x 0.001 1000 60 GENERATIONS 4\r\nBG.XADD x a EX 10\r\nBG.XMADD x PXAT 99999999999999 a b\r\nBG.XMEXISTS x a b\r\nBG.XINFO x\r\nBG.XINFO x NEXTEXPIRY\r\nBF.EXISTS x a\r\nDEL x\r\n",
 	} {
 		f.Add([]byte(s))
 	}

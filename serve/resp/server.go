@@ -1,7 +1,8 @@
 // Package resp serves a serve.Store over the Redis protocol: RESP2, and RESP3
 // after HELLO 3, with RedisBloom's BF.* and CF.* commands and replies, the
 // commands stock clients send to connect (PING, HELLO, AUTH, SELECT 0,
-// CLIENT, COMMAND, INFO, …) and BG.EXISTS.
+// CLIENT, COMMAND, INFO, …), BG.EXISTS, and BG.X* on expiring keys (see
+// windowcmds.go).
 //
 // The parser is this package's own (see proto.go): it enforces the limits in
 // Config and answers a malformed request with "-ERR Protocol error: …"

@@ -436,6 +436,9 @@ func (f *Feed) Bootstrap(ctx context.Context, fn func(key []byte) error) (change
 // copySnapshot runs the key COPY on an ordinary connection that imports the
 // exported snapshot.
 func (f *Feed) copySnapshot(ctx context.Context, r *resolved, snapshot string, fn func([]byte) error) error {
+	if parts := f.bootstrapParts(); parts > 1 { // parallel.go
+		return copySnapshotKeys(ctx, f.pool, snapshot, r.table, f.cfg.Column, parts, fn)
+	}
 	conn, err := f.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres: bootstrap: %w", err)

@@ -84,6 +84,10 @@ type Config struct {
 	// Query, if set, replaces Column: any SELECT returning one column.
 	// Table is then optional and used only for the row estimate.
 	Query string
+	// Parallel is how many COPY streams a build runs at once over Table
+	// (ScanParts, parallel.go), capped at Pool's MaxConns minus one.
+	// Default: GOMAXPROCS. 1 streams the table as one COPY.
+	Parallel int
 }
 
 // Source streams keys from PostgreSQL. It is safe for concurrent use.

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bloomgate/bloomgate/internal/testsvc"
+	"github.com/bloomgate/bloomgate/source/postgres"
+)
+
+// Benchmarks of `bloomgate serve` following a change feed, on the built
+// binary and a private PostgreSQL cluster (docs/benchmarks.md has the
+// commands and figures).
+
+// BenchmarkServeCommitToVisible: a writer inserts rows at 1,000 a second
+// (one autocommit INSERT each); for every tenth, a prober asks BF.EXISTS
+// every 0.5 ms from the moment the commit returned until the row is
+// visible. Reports the p50 and p99 of commit-to-visible. b.N is the number
+// of inserts (use -benchtime=10000x).
+func BenchmarkServeCommitToVisible(b *testing.B) {
+	bin := buildBinary(b)
+	pg := newFollowedDB(b)
+	conf, respAddr, httpAddr, _ := followConf(b, pg.DSN, "")
+	srv := startServe(b, bin, "-config", conf)
+	waitReadyz(b, httpAddr, 60*time.Second)
+	ctx := context.Background()
+	pool, err := postgres.Connect(ctx, pg.DSN)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: respAddr, PoolSize: 64})
+	defer rdb.Close()
+	var (
+		mu   sync.Mutex
+		lags []time.Duration
+		wg   sync.WaitGroup
+	)
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		if d := time.Until(start.Add(time.Duration(i) * time.Millisecond)); d > 0 {
+			time.Sleep(d)
+		}
+		key := fmt.Sprintf("lag%d@example.com", i)
+		if _, err := pool.Exec(ctx, "INSERT INTO users VALUES ($1)", key); err != nil {
+			b.Fatal(err)
+		}
+		if i%10 != 0 {
+			continue
+		}
+		committed := time.Now()
+		wg.Go(func() {
+			for time.Since(committed) < 30*time.Second {
+				if ok, err := rdb.Do(ctx, "BF.EXISTS", "users", key).Bool(); err == nil && ok {
+					mu.Lock()
+					lags = append(lags, time.Since(committed))
+					mu.Unlock()
+					return
+				}
+				time.Sleep(500 * time.Microsecond)
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	elapsed := time.Since(start)
+	slices.Sort(lags)
+	if len(lags) == 0 {
+		b.Fatalf("no row became visible; server log:\n%s", srv.stderr)
+	}
+	q := func(p float64) float64 { return float64(lags[int(p*float64(len(lags)-1))]) / 1e6 }
+	b.ReportMetric(q(0.5), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "inserts/s")
+}
+
+// benchKeys is the table size of the restart and join benchmarks:
+// BLOOMGATE_BENCH_KEYS, default 10,000,000.
+func benchKeys(b *testing.B) int {
+	if v := os.Getenv("BLOOMGATE_BENCH_KEYS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("BLOOMGATE_BENCH_KEYS=%q", v)
+		}
+		return n
+	}
+	return 10_000_000
+}
+
+// bigTable fills the users table with n keys.
+func bigTable(b *testing.B, dsn string, n int) {
+	b.Helper()
+	ctx := context.Background()
+	pool, err := postgres.Connect(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	start := time.Now()
+	for lo := 0; lo < n; lo += 1_000_000 {
+		hi := min(lo+1_000_000, n) - 1
+		if _, err := pool.Exec(ctx, "INSERT INTO users SELECT 'user' || i || '@example.com' FROM generate_series($1::int, $2::int) i", lo, hi); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Logf("loaded %d keys in %v", n, time.Since(start).Round(time.Second))
+}
+
+// timeToReady starts the server with args and returns the time from exec to
+// /readyz 200, then stops it with SIGTERM (its final snapshot).
+func timeToReady(b *testing.B, bin, httpAddr string, args ...string) time.Duration {
+	b.Helper()
+	start := time.Now()
+	srv := startServe(b, bin, args...)
+	for {
+		if r, err := getReadyz(httpAddr); err == nil && r.Ready {
+			break
+		}
+		if time.Since(start) > 5*time.Minute {
+			b.Fatalf("not ready after 5 minutes:\n%s", srv.stderr)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	d := time.Since(start)
+	srv.cmd.Process.Signal(syscall.SIGTERM)
+	srv.wait()
+	return d
+}
+
+// BenchmarkServeRestart: exec to /readyz 200 of a server restarting on a
+// followed set of BLOOMGATE_BENCH_KEYS keys from its snapshot in the data
+// directory (process start, config checks, snapshot load and catching up
+// with the feed included).
+func BenchmarkServeRestart(b *testing.B) {
+	bin := buildBinary(b)
+	pg := newFollowedDB(b)
+	bigTable(b, pg.DSN, benchKeys(b))
+	conf, _, httpAddr, _ := followConf(b, pg.DSN, "")
+	first := timeToReady(b, bin, httpAddr, "-config", conf)
+	b.Logf("first start (bootstrap from the table): %v", first.Round(time.Millisecond))
+	b.ResetTimer()
+	var total time.Duration
+	for range b.N {
+		total += timeToReady(b, bin, httpAddr, "-config", conf)
+	}
+	b.ReportMetric(float64(total)/float64(b.N)/1e6, "ms-to-ready")
+}
+
+// BenchmarkServeJoin: exec to /readyz 200 of a new instance-only process
+// (no database credentials, no local snapshot) joining a set of
+// BLOOMGATE_BENCH_KEYS keys fanned out over a private single-node
+// JetStream: it loads the feeder's newest snapshot from the object store
+// and replays the stream after it.
+func BenchmarkServeJoin(b *testing.B) {
+	bin := buildBinary(b)
+	pg := newFollowedDB(b)
+	bigTable(b, pg.DSN, benchKeys(b))
+	natsBin := testsvc.Binary(b, "nats-server")
+	natsAddr := freeAddr(b)
+	_, port, _ := strings.Cut(natsAddr, ":")
+	nats := exec.Command(natsBin, "-a", "127.0.0.1", "-p", port, "-js", "-sd", b.TempDir())
+	if err := nats.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { nats.Process.Kill(); nats.Wait() }()
+	time.Sleep(time.Second)
+	dir := b.TempDir()
+	block := func(withDB bool) string {
+		db := ""
+		if withDB {
+			db = "  postgres " + pg.DSN + "\n  slot bg_users\n  publication bg_users\n"
+		}
+		return "set users {\n" + db + "  table users\n  column email\n  fanout jetstream\n  nats nats://" + natsAddr +
+			"\n  snapshot-interval 1s\n  connect-timeout 10s\n}\n"
+	}
+	feederConf := filepath.Join(dir, "feeder.conf")
+	os.WriteFile(feederConf, []byte(block(true)), 0o644)
+	instConf := filepath.Join(dir, "instance.conf")
+	os.WriteFile(instConf, []byte(block(false)), 0o644)
+	fHTTP := freeAddr(b)
+	feeder := startServe(b, bin, "-config", feederConf, "-resp", freeAddr(b), "-http", fHTTP, "-data", filepath.Join(dir, "feeder"))
+	waitReadyz(b, fHTTP, 5*time.Minute)
+	testsvc.Eventually(b, 30*time.Second, func() bool { return strings.Contains(feeder.stderr.String(), "snapshot") }, "no snapshot")
+	time.Sleep(3 * time.Second) // the feeder's first snapshot upload
+	b.ResetTimer()
+	var total time.Duration
+	for range b.N {
+		h := freeAddr(b)
+		total += timeToReady(b, bin, h, "-config", instConf, "-resp", freeAddr(b), "-http", h, "-data", "")
+	}
+	b.ReportMetric(float64(total)/float64(b.N)/1e6, "ms-to-ready")
+}

@@ -1,0 +1,557 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/backoff"
+	"github.com/bloomgate/bloomgate/internal/defaults"
+)
+
+// FeederConfig configures a Feeder. The zero value of every field but Feed
+// and Gate means its default.
+type FeederConfig struct {
+	// Feed is the database's change feed, such as source/postgres.Feed.
+	// Required. Only the lease holder uses it.
+	Feed bloomgate.Feed
+	// Gate is the feeder's own gate: it follows Feed (its Config.Source
+	// sizes bootstraps) and its snapshots are the ones instances start
+	// from. Required; it may serve lookups too.
+	Gate *bloomgate.Gate
+	// Follow configures the gate's Follow: Identity (instances must use the
+	// same), SnapshotInterval (how often a snapshot is uploaded), MaxLag.
+	// Snapshots must be nil: the feeder sets it.
+	Follow bloomgate.FollowConfig
+	// ID names this feeder in the lease. Default: host name, process id and
+	// the start time.
+	ID string
+	// HeartbeatInterval is how often the lease holder writes the database's
+	// newest position to the heartbeat (it also writes it with every
+	// batch). Default: 1 s.
+	HeartbeatInterval time.Duration
+	// MaxBatch bounds the transactions per message. Default: 256.
+	MaxBatch int
+	// PublishTimeout bounds one append attempt; failed attempts are retried
+	// until the lease ends. Default: 5 s.
+	PublishTimeout time.Duration
+}
+
+// Defaults of FeederConfig's fields.
+const (
+	DefaultHeartbeatInterval = time.Second
+	DefaultMaxBatch          = 256
+	DefaultPublishTimeout    = 5 * time.Second
+)
+
+// ErrInvalidConfig reports a FeederConfig or InstanceConfig that cannot be
+// used.
+var ErrInvalidConfig = errors.New("fanout: invalid config")
+
+// Feeder is the one process per set that follows the database: whichever
+// Feeder holds the lease runs Gate.Follow over Feed, appending every
+// transaction (progress markers included) to the log before the gate
+// applies it and confirming it to Feed only after the log acknowledged it;
+// the gate's snapshots are uploaded to the Store with the log cursor that
+// follows them. Guarantees:
+//
+//   - One publisher: the lease picks one feeder and gives it a term larger
+//     than every earlier one; a feeder that could not renew for 3/4 of the
+//     lease TTL stops. Append is fenced by the entry the feeder appended
+//     last, so a stale feeder is refused, and every batch carries the term
+//     (instances refuse a term older than one they applied).
+//   - Nothing lost: Feed only learns a position is consumed once the log
+//     holds it. A new lease holder starts from the newest snapshot, replays
+//     the log's tail into its gate and continues Feed from the tail's end.
+//   - Heals itself: a tail it cannot continue — damaged, not signed with
+//     Key, not continuing its snapshot, ahead of the database's head, an
+//     entry someone else appended after its own, a history the log lost —
+//     makes it start a new history: bootstrap from the database, upload a
+//     snapshot, append from it. Instances move to it through that snapshot.
+//     It never continues from a position the database did not give it.
+//
+// Run blocks; a Feeder is safe for concurrent use.
+type Feeder struct {
+	b   Backend
+	cfg FeederConfig
+}
+
+// NewFeeder returns a feeder for the set b describes. Adapters call it
+// (jetstream.Set.NewFeeder, redisstream.Set.NewFeeder).
+func NewFeeder(b Backend, cfg FeederConfig) (*Feeder, error) {
+	if err := b.check(true); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	switch {
+	case cfg.Feed == nil || cfg.Gate == nil:
+		return nil, fmt.Errorf("%w: Feed and Gate are required", ErrInvalidConfig)
+	case cfg.Follow.Snapshots != nil:
+		return nil, fmt.Errorf("%w: Follow.Snapshots is set by the feeder", ErrInvalidConfig)
+	case cfg.HeartbeatInterval < 0 || cfg.MaxBatch < 0 || cfg.PublishTimeout < 0:
+		return nil, fmt.Errorf("%w: negative HeartbeatInterval, MaxBatch or PublishTimeout", ErrInvalidConfig)
+	}
+	if cfg.ID == "" {
+		host, _ := os.Hostname()
+		cfg.ID = fmt.Sprintf("%s/%d/%d", host, os.Getpid(), time.Now().UnixNano())
+	}
+	defaults.Set(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
+	defaults.Set(&cfg.MaxBatch, DefaultMaxBatch)
+	defaults.Set(&cfg.PublishTimeout, DefaultPublishTimeout)
+	return &Feeder{b: b, cfg: cfg}, nil
+}
+
+// Run competes for the lease and, while it holds it, follows Feed and
+// publishes. It returns ctx's error when ctx is done (releasing the lease),
+// or bloomgate.ErrClosed when the gate is closed.
+func (f *Feeder) Run(ctx context.Context) error {
+	log := f.b.Logger
+	for {
+		lease := f.b.NewLease()
+		term, err := f.acquire(ctx, lease)
+		if err != nil {
+			return err
+		}
+		log.Info("bloomgate: feeder lease acquired", "set", f.b.Name, "id", f.cfg.ID, "term", term)
+		lctx, cancel := context.WithCancel(ctx)
+		pub := &publisher{f: f, term: term, lease: lease, cancel: cancel, beat: make(chan struct{}, 1)}
+		pub.startGen(lctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { pub.hold(lctx) })
+		wg.Go(func() { pub.heartbeat(lctx) })
+		fcfg := f.cfg.Follow
+		fcfg.Snapshots = &snapshots{b: &f.b, pub: pub, loaded: pub.loaded}
+		err = f.cfg.Gate.Follow(lctx, pub, fcfg)
+		cancel()
+		wg.Wait()
+		rctx, rcancel := context.WithTimeout(context.Background(), f.b.LeaseTTL)
+		lease.Release(rctx)
+		rcancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, bloomgate.ErrClosed) {
+			return err
+		}
+		log.Warn("bloomgate: feeder lease lost", "set", f.b.Name, "id", f.cfg.ID, "term", term)
+	}
+}
+
+// acquire waits until it holds the lease.
+func (f *Feeder) acquire(ctx context.Context, lease Lease) (uint64, error) {
+	every := max(f.b.LeaseTTL/8, 20*time.Millisecond)
+	for {
+		term, err := lease.Acquire(ctx, f.cfg.ID)
+		if err == nil {
+			return term, nil
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		if !errors.Is(err, ErrHeld) {
+			f.b.Logger.Warn("bloomgate: feeder lease", "set", f.b.Name, "err", err)
+		}
+		if backoff.Sleep(ctx, every) != nil {
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// publisher is the bloomgate.Feed the feeder's gate follows during one
+// lease term: Feed, with every transaction appended to the log before it
+// is applied.
+type publisher struct {
+	f      *Feeder
+	term   uint64
+	lease  Lease
+	cancel context.CancelFunc // ends the term
+
+	mu        sync.Mutex
+	marks     []mark // position → cursor after it, increasing
+	published changefeed.Position
+	dbHead    changefeed.Position
+	beat      chan struct{} // asks the heartbeat for a write now
+	baseGen   uint64        // the generation of the filter loaded (or the newest recorded)
+	baseBuild uint64        // the gate's Stats().Builds then
+}
+
+// startGen starts counting filter generations from the newest record's.
+func (p *publisher) startGen(ctx context.Context) {
+	ss := snapshots{b: &p.f.b}
+	recs, _ := ss.records(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range recs {
+		p.baseGen = max(p.baseGen, r.Gen)
+	}
+	p.baseBuild = p.f.cfg.Gate.Stats().Builds
+}
+
+// gen is the generation of the gate's filter now: every build (a
+// bootstrap, a rebuild) since the one loaded is one more.
+func (p *publisher) gen() uint64 {
+	b := p.f.cfg.Gate.Stats().Builds
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.baseGen + b - p.baseBuild
+}
+
+// mark says where to read the log from to continue after pos.
+type mark struct {
+	pos changefeed.Position
+	cur Cursor
+}
+
+var _ bloomgate.Feed = (*publisher)(nil)
+
+// hold renews the lease until ctx is done or the lease is lost (then it
+// ends the term).
+func (p *publisher) hold(ctx context.Context) {
+	ttl := p.f.b.LeaseTTL
+	renewed := time.Now()
+	t := time.NewTicker(max(ttl/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, ttl/4)
+		err := p.lease.Renew(rctx)
+		cancel()
+		switch {
+		case err == nil:
+			renewed = time.Now()
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, ErrLost):
+			p.f.b.Logger.Warn("bloomgate: feeder lease taken over", "set", p.f.b.Name, "err", err)
+			p.cancel()
+			return
+		case time.Since(renewed) > ttl*3/4:
+			p.f.b.Logger.Warn("bloomgate: feeder lease not renewed in time", "set", p.f.b.Name, "err", err)
+			p.cancel()
+			return
+		}
+	}
+}
+
+// heartbeat writes the heartbeat every HeartbeatInterval, and at once after
+// a batch: the term, and the newest database position the feeder knows.
+func (p *publisher) heartbeat(ctx context.Context) {
+	t := time.NewTicker(p.f.cfg.HeartbeatInterval)
+	defer t.Stop()
+	var beat uint64
+	var buf []byte
+	for {
+		poll := false
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			poll = true
+		case <-p.beat:
+		}
+		if poll {
+			if h, err := p.f.cfg.Feed.Head(ctx); err == nil {
+				p.mu.Lock()
+				p.dbHead = max(p.dbHead, h)
+				p.mu.Unlock()
+			}
+		}
+		p.mu.Lock()
+		head := max(p.dbHead, p.published)
+		p.mu.Unlock()
+		beat = max(beat+1, uint64(time.Now().UnixNano()))
+		buf = appendHeartbeat(buf[:0], beatValue{Term: p.term, Head: head, Beat: beat}, p.f.b.Key)
+		if err := p.f.b.Store.Put(ctx, keyHead, buf); err != nil && ctx.Err() == nil {
+			p.f.b.Logger.Warn("bloomgate: feeder heartbeat", "set", p.f.b.Name, "err", err)
+		}
+	}
+}
+
+func (p *publisher) note(pos changefeed.Position, cur Cursor) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.marks); n > 0 && p.marks[n-1].pos >= pos {
+		p.marks = p.marks[:sort.Search(n, func(i int) bool { return p.marks[i].pos >= pos })]
+	}
+	if len(p.marks) >= 1<<20 {
+		p.marks = append(p.marks[:0], p.marks[len(p.marks)/2:]...)
+	}
+	p.marks = append(p.marks, mark{pos, cur})
+}
+
+// cursorOf returns the cursor to read after pos, and forgets the positions
+// before it (snapshots only move forward).
+func (p *publisher) cursorOf(pos changefeed.Position) (Cursor, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := sort.Search(len(p.marks), func(i int) bool { return p.marks[i].pos >= pos })
+	if i == len(p.marks) || p.marks[i].pos != pos {
+		return "", false
+	}
+	cur := p.marks[i].cur
+	p.marks = p.marks[i:]
+	return cur, true
+}
+
+// loaded learns the cursor of the snapshot the gate loaded.
+func (p *publisher) loaded(pos changefeed.Position, cur Cursor, _, gen uint64, _ bool) {
+	b := p.f.cfg.Gate.Stats().Builds
+	p.mu.Lock()
+	p.marks = p.marks[:0]
+	p.baseGen, p.baseBuild = max(p.baseGen, gen), b
+	p.mu.Unlock()
+	p.note(pos, cur)
+}
+
+// Bootstrap starts a new history: the database's keys at a point, which
+// the log continues from after its current last entry.
+func (p *publisher) Bootstrap(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error) {
+	_, tail, err := p.f.b.Log.Last(ctx)
+	if err != nil {
+		return 0, err
+	}
+	pos, err := p.f.cfg.Feed.Bootstrap(ctx, fn)
+	if err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	p.marks = p.marks[:0]
+	p.dbHead = max(p.dbHead, pos)
+	p.mu.Unlock()
+	p.note(pos, tail)
+	p.f.b.Logger.Info("bloomgate: feeder starts a new history of the log", "set", p.f.b.Name, "position", pos, "after", tail)
+	return pos, nil
+}
+
+func (p *publisher) Rebuild(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error) {
+	return p.f.cfg.Feed.Rebuild(ctx, fn)
+}
+
+func (p *publisher) Head(ctx context.Context) (changefeed.Position, error) {
+	return p.f.cfg.Feed.Head(ctx)
+}
+
+// Confirm does nothing: Stream confirms to Feed once the log holds a
+// transaction.
+func (p *publisher) Confirm(ctx context.Context, pos changefeed.Position) error { return nil }
+
+// errHeal marks the errors that make the feeder start a new history.
+var errHeal = fmt.Errorf("%w: the feeder starts a new history", ErrGap)
+
+// errReplayed ends the replay of the log's tail.
+var errReplayed = errors.New("fanout: replay reached the tail")
+
+// Stream replays the log's tail after from into apply, checking every
+// entry as an instance would (and against the database's head), then
+// follows Feed from the tail's end, appending each batch before applying
+// it. A tail it cannot continue is an error wrapping ErrGap (so Follow
+// bootstraps: a new history).
+func (p *publisher) Stream(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error {
+	log := p.f.b.Log
+	last, tail, err := log.Last(ctx)
+	if err != nil {
+		return err
+	}
+	cur, ok := p.cursorOf(from)
+	if !ok {
+		return fmt.Errorf("%w: no log cursor known for position %v", errHeal, from)
+	}
+	pos := from
+	if cur != tail {
+		if tail != last.Cursor {
+			return fmt.Errorf("%w: the log lost its newest entries (it ends at %q, appends go after %q)", errHeal, last.Cursor, tail)
+		}
+		if last.Data == nil {
+			return fmt.Errorf("%w: the log lost the entries after %v (it holds none)", errHeal, from)
+		}
+		if b, err := DecodeBatch(last.Data, p.f.b.Key); err == nil && b.End() < from {
+			// The snapshot reflects entries the log no longer holds (an
+			// unsynced tail lost with its servers, say).
+			return fmt.Errorf("%w: the log ends at %v, before the snapshot at %v", errHeal, b.End(), from)
+		}
+		dbHead, err := p.f.cfg.Feed.Head(ctx)
+		if err != nil {
+			return err
+		}
+		var prevTerm uint64
+		err = log.Read(ctx, cur, func(e Entry) error {
+			b, err := DecodeBatch(e.Data, p.f.b.Key)
+			if err != nil {
+				return fmt.Errorf("%w: entry %s: %w", errHeal, e.Cursor, err)
+			}
+			switch {
+			case b.Term > p.term:
+				p.cancel() // a newer feeder wrote it: this term is over
+				return fmt.Errorf("fanout: entry %s has term %d, newer than ours (%d)", e.Cursor, b.Term, p.term)
+			case b.Term < prevTerm:
+				return fmt.Errorf("%w: entry %s: term %d after term %d", errHeal, e.Cursor, b.Term, prevTerm)
+			case b.End() > dbHead:
+				return fmt.Errorf("%w: entry %s ends at %v, beyond the database's head %v", errHeal, e.Cursor, b.End(), dbHead)
+			}
+			prevTerm = b.Term
+			txns, err := Continue(pos, b)
+			if err != nil {
+				return fmt.Errorf("%w: entry %s: %w", errHeal, e.Cursor, err)
+			}
+			for i, t := range txns {
+				if i < len(txns)-1 {
+					p.note(t.End, cur)
+				} else {
+					p.note(t.End, e.Cursor)
+				}
+				if err := apply(t); err != nil {
+					return err
+				}
+				pos = t.End
+			}
+			cur = e.Cursor
+			if e.Cursor == last.Cursor {
+				return errReplayed
+			}
+			return nil
+		})
+		if !errors.Is(err, errReplayed) {
+			if errors.Is(err, ErrGap) && !errors.Is(err, errHeal) {
+				err = fmt.Errorf("%w: %w", errHeal, err)
+			}
+			return err
+		}
+	}
+	p.mu.Lock()
+	p.published = max(p.published, pos)
+	p.mu.Unlock()
+	return p.follow(ctx, pos, tail, apply)
+}
+
+// follow runs Feed from pos, appending after the entry at after.
+func (p *publisher) follow(ctx context.Context, pos changefeed.Position, after Cursor, apply func(changefeed.Txn) error) error {
+	q := make(chan changefeed.Txn, p.f.cfg.MaxBatch)
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var pubErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pubErr = p.publishLoop(sctx, q, pos, after, apply)
+		cancel(pubErr)
+	}()
+	err := p.f.cfg.Feed.Stream(sctx, pos, func(t changefeed.Txn) error {
+		select {
+		case q <- t:
+			return nil
+		case <-sctx.Done():
+			return context.Cause(sctx)
+		}
+	})
+	cancel(nil)
+	<-done
+	if pubErr != nil && ctx.Err() == nil && !errors.Is(pubErr, context.Canceled) {
+		return pubErr
+	}
+	return err
+}
+
+// publishLoop appends what q holds in batches, then applies and confirms
+// each batch.
+func (p *publisher) publishLoop(ctx context.Context, q <-chan changefeed.Txn, prev changefeed.Position, after Cursor, apply func(changefeed.Txn) error) error {
+	var buf []byte
+	var batch []changefeed.Txn
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case t := <-q:
+			batch = append(batch, t)
+		}
+	drain:
+		for len(batch) < p.f.cfg.MaxBatch {
+			select {
+			case t := <-q:
+				batch = append(batch, t)
+			default:
+				break drain
+			}
+		}
+		var err error
+		buf, err = AppendBatch(buf[:0], Batch{Term: p.term, Prev: prev, Txns: batch}, p.f.b.Key)
+		if err != nil {
+			return err
+		}
+		end := batch[len(batch)-1].End
+		// The database has reached end (the feed delivered it): say so in
+		// the heartbeat while the batch is appended, so that instances find
+		// it covered when they read it.
+		p.mu.Lock()
+		p.published = max(p.published, end)
+		p.mu.Unlock()
+		select {
+		case p.beat <- struct{}{}:
+		default:
+		}
+		cur, err := p.append(ctx, after, buf, end)
+		if err != nil {
+			return err
+		}
+		if log := p.f.b.Logger; log.Enabled(ctx, slog.LevelDebug) {
+			log.Debug("bloomgate: feeder published", "cursor", cur, "txns", len(batch), "bytes", len(buf),
+				"since_commit", time.Since(batch[len(batch)-1].Time), "queued", len(q))
+		}
+		for i, t := range batch {
+			if i < len(batch)-1 {
+				p.note(t.End, after)
+			} else {
+				p.note(t.End, cur)
+			}
+			if err := apply(t); err != nil {
+				return err
+			}
+		}
+		after, prev = cur, end
+		if err := p.f.cfg.Feed.Confirm(ctx, end); err != nil && ctx.Err() == nil {
+			p.f.b.Logger.Warn("bloomgate: feeder confirm", "set", p.f.b.Name, "err", err)
+		}
+	}
+}
+
+// append appends one batch after the entry at after, retrying failed
+// attempts until ctx is done. Fenced while the lease is still ours, the
+// entry after ours is someone else's: a new history (errHeal).
+func (p *publisher) append(ctx context.Context, after Cursor, data []byte, end changefeed.Position) (Cursor, error) {
+	bo := backoff.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
+	for {
+		actx, cancel := context.WithTimeout(ctx, p.f.cfg.PublishTimeout)
+		cur, err := p.f.b.Log.Append(actx, after, data)
+		cancel()
+		if err == nil {
+			return cur, nil
+		}
+		if errors.Is(err, ErrFenced) {
+			rctx, cancel := context.WithTimeout(ctx, p.f.b.LeaseTTL/4)
+			lerr := p.lease.Renew(rctx)
+			cancel()
+			if lerr != nil {
+				p.cancel()
+				return "", fmt.Errorf("fanout: fenced, and the lease: %w", lerr)
+			}
+			return "", fmt.Errorf("%w: someone else appended after entry %s: %w", errHeal, after, err)
+		}
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		p.f.b.Logger.Warn("bloomgate: feeder append failed, retrying", "set", p.f.b.Name, "end", end, "err", err)
+		if bo.Wait(ctx) != nil {
+			return "", ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,339 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/backoff"
+	"github.com/bloomgate/bloomgate/internal/defaults"
+)
+
+// Instance errors.
+var (
+	// ErrSnapshotOnly is returned by an Instance's Bootstrap and Rebuild:
+	// instances never scan the database; they start from the feeder's
+	// snapshots. Follow then fails open and tries again (with backoff), and
+	// starts from the newest snapshot once one is there.
+	ErrSnapshotOnly = errors.New("fanout: instances start only from the feeder's snapshots")
+	// ErrStaleHead is returned by Head when the feeder's heartbeat has not
+	// changed for InstanceConfig.HeadTimeout: no feeder is publishing.
+	ErrStaleHead = errors.New("fanout: the feeder's heartbeat is stale")
+)
+
+// InstanceConfig configures an Instance. The zero value of every field
+// means its default.
+type InstanceConfig struct {
+	// HeadTimeout is how long the feeder's heartbeat may stay unchanged
+	// before Head reports ErrStaleHead. Follow then stops seeing the head
+	// advance, and the gate fails open once its applied position is more
+	// than FollowConfig.MaxLag old: with no feeder, an instance stops
+	// answering "absent" within HeadTimeout + MaxLag. It is also how long a
+	// batch beyond the heartbeat's head (or of a newer term) is held for a
+	// heartbeat that covers it before it is refused as a gap. Keep it a few
+	// FeederConfig.HeartbeatIntervals. Default: 5 s.
+	HeadTimeout time.Duration
+	// Local, if set, keeps this instance's own snapshots (such as
+	// bloomgate.DirSnapshots(dir)): Save writes there, and Load starts from
+	// the newest local snapshot when it is at least as new as the feeder's
+	// newest, so a restart reads a local file and only the log's tail.
+	// Default: nil, Save does nothing and every start fetches the feeder's
+	// snapshot.
+	Local bloomgate.SnapshotStore
+}
+
+// DefaultHeadTimeout is InstanceConfig.HeadTimeout's default.
+const DefaultHeadTimeout = 5 * time.Second
+
+// Instance is the instance side of a set: a bloomgate.Feed over the log,
+// for Gate.Follow with FollowConfig.Snapshots set to Snapshots():
+//
+//	g.Follow(ctx, inst, bloomgate.FollowConfig{Identity: id, Snapshots: inst.Snapshots()})
+//
+// Follow loads the newest snapshot the feeder uploaded, then Stream replays
+// the log from the snapshot's cursor. It needs no database access.
+// Guarantees:
+//
+//   - Nothing skipped, nothing foreign applied: Stream applies a batch only
+//     if it decodes, carries a valid MAC when the set has a Key, continues
+//     from the position applied (fanout.Continue), has a term no older
+//     than the batch before it and no newer than the feeder's heartbeat,
+//     and ends at or before the heartbeat's database head. Anything else —
+//     a trimmed log, a lost or damaged entry, someone else's message, a
+//     feeder that started a new history — is an error wrapping ErrGap
+//     (and changefeed.ErrRebuild): Follow fails open and starts again from
+//     the newest snapshot.
+//
+//   - Bounded staleness: Head is the feeder's heartbeat (the database's
+//     newest position), so the gate is ready only once it has applied what
+//     was committed before it started, and fails open when it falls more
+//     than MaxLag behind, or when the heartbeat stops (see HeadTimeout).
+//
+//   - Follows the feeder's rebuilds: each snapshot record carries the
+//     generation of its filter (one more with every bootstrap or rebuild of
+//     the feeder's gate). When Head sees a record of a newer generation it
+//     ends the running Stream, and Follow fails open briefly and loads the
+//     new filter: an instance's false-positive rate follows the feeder's
+//     while it runs, without a restart.
+//
+// Bootstrap and Rebuild return ErrSnapshotOnly: instances never scan the
+// database; their rebuilds are the feeder's. Confirm does nothing. An
+// Instance is safe for concurrent use.
+type Instance struct {
+	b   Backend
+	cfg InstanceConfig
+
+	mu        sync.Mutex
+	marks     map[changefeed.Position]start // snapshot and batch ends
+	hb        beatValue
+	hbChanged time.Time               // when hb.Beat last changed
+	skipLocal bool                    // the local snapshot led to a gap
+	gen       uint64                  // the generation of the filter loaded
+	restart   context.CancelCauseFunc // ends the running Stream
+}
+
+// errNewFilter ends a Stream when the feeder has recorded a snapshot of a
+// newer filter (it rebuilt or bootstrapped): Follow loads it.
+var errNewFilter = errors.New("fanout: the feeder recorded a snapshot of a newer filter; loading it")
+
+// start is where a Stream from a position reads: after cur, with the term
+// of the batch before it.
+type start struct {
+	cur   Cursor
+	term  uint64
+	gen   uint64
+	local bool
+}
+
+var _ bloomgate.Feed = (*Instance)(nil)
+
+// NewInstance returns the instance side of the set b describes. Adapters
+// call it (jetstream.Set.NewInstance, redisstream.Set.NewInstance).
+func NewInstance(b Backend, cfg InstanceConfig) (*Instance, error) {
+	if err := b.check(false); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if cfg.HeadTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative HeadTimeout", ErrInvalidConfig)
+	}
+	defaults.Set(&cfg.HeadTimeout, DefaultHeadTimeout)
+	return &Instance{b: b, cfg: cfg, marks: map[changefeed.Position]start{}}, nil
+}
+
+// Snapshots returns the store for FollowConfig.Snapshots: Load tries the
+// newest local snapshot if it is at least as new as the feeder's newest,
+// then the feeder's, newest first, then the older local ones; Save writes
+// to InstanceConfig.Local, and does nothing without one (only the feeder
+// uploads).
+func (in *Instance) Snapshots() bloomgate.SnapshotStore {
+	return &instanceSnapshots{in: in, ss: snapshots{b: &in.b, local: in.cfg.Local, loaded: in.loaded, cursorOf: in.cursorOf}}
+}
+
+// instanceSnapshots skips the local store after it led to a gap.
+type instanceSnapshots struct {
+	in *Instance
+	ss snapshots
+}
+
+func (s *instanceSnapshots) Save(ctx context.Context, pos changefeed.Position, write func(w io.Writer) error) error {
+	return s.ss.Save(ctx, pos, write)
+}
+
+func (s *instanceSnapshots) Load(ctx context.Context, try func(r io.Reader) error) error {
+	ss := s.ss
+	s.in.mu.Lock()
+	if s.in.skipLocal {
+		ss.local = nil
+	}
+	s.in.mu.Unlock()
+	return ss.Load(ctx, try)
+}
+
+func (in *Instance) loaded(pos changefeed.Position, cur Cursor, term, gen uint64, local bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	clear(in.marks)
+	in.marks[pos] = start{cur, term, gen, local}
+	in.gen = gen
+}
+
+func (in *Instance) cursorOf(pos changefeed.Position) (Cursor, uint64, uint64, bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	s, ok := in.marks[pos]
+	return s.cur, s.term, in.gen, ok
+}
+
+// Bootstrap returns ErrSnapshotOnly.
+func (in *Instance) Bootstrap(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error) {
+	return 0, ErrSnapshotOnly
+}
+
+// Rebuild returns ErrSnapshotOnly.
+func (in *Instance) Rebuild(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error) {
+	return 0, ErrSnapshotOnly
+}
+
+// Stream applies the log's transactions after from (a snapshot's position)
+// until ctx is done, apply fails, or a gap (an error wrapping ErrGap).
+func (in *Instance) Stream(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error {
+	in.mu.Lock()
+	st, ok := in.marks[from]
+	in.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: no log cursor known for position %v", ErrGap, from)
+	}
+	pos, term, prev := from, st.term, st.cur
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	in.mu.Lock()
+	in.restart = cancel
+	in.mu.Unlock()
+	err := in.b.Log.Read(sctx, st.cur, func(e Entry) error {
+		b, err := DecodeBatch(e.Data, in.b.Key)
+		if err != nil {
+			return fmt.Errorf("%w: entry %s: %w", ErrGap, e.Cursor, err)
+		}
+		if b.Term < term {
+			return fmt.Errorf("%w: entry %s has term %d, older than %d before it (a stale feeder's, or not the feeder's)", ErrGap, e.Cursor, b.Term, term)
+		}
+		if err := in.vouch(ctx, b, e.Cursor); err != nil {
+			return err
+		}
+		txns, err := Continue(pos, b)
+		if err != nil {
+			return fmt.Errorf("%w: entry %s: %w", ErrGap, e.Cursor, err)
+		}
+		for i, t := range txns {
+			if err := apply(t); err != nil {
+				return err
+			}
+			pos = t.End
+			if i < len(txns)-1 {
+				in.mark(pos, start{prev, term, 0, false})
+			}
+		}
+		term, prev = b.Term, e.Cursor
+		in.mark(b.End(), start{e.Cursor, b.Term, 0, false})
+		return nil
+	})
+	if ctx.Err() == nil && errors.Is(context.Cause(sctx), errNewFilter) {
+		return errNewFilter
+	}
+	if errors.Is(err, ErrGap) && st.local {
+		in.mu.Lock()
+		in.skipLocal = true
+		in.mu.Unlock()
+	}
+	return err
+}
+
+// mark remembers where to read after pos (for a local snapshot taken
+// there), keeping the map small.
+func (in *Instance) mark(pos changefeed.Position, s start) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.marks) >= 1<<16 {
+		clear(in.marks)
+	}
+	in.marks[pos] = s
+}
+
+// vouch holds b until a heartbeat of the feeder covers it — a term at
+// least b's and a database head at least b's end — for up to HeadTimeout;
+// then b is a gap: no feeder wrote it.
+func (in *Instance) vouch(ctx context.Context, b Batch, cur Cursor) error {
+	in.mu.Lock()
+	hb := in.hb
+	in.mu.Unlock()
+	if b.Term <= hb.Term && b.End() <= hb.Head {
+		return nil
+	}
+	deadline := time.Now().Add(in.cfg.HeadTimeout)
+	wait := headWaitStart
+	for {
+		h, err := in.heartbeat(ctx)
+		if err == nil && b.Term <= h.Term && b.End() <= h.Head {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("%w: entry %s: no heartbeat covers it: %w", ErrGap, cur, err)
+			}
+			return fmt.Errorf("%w: entry %s (term %d, end %v) is beyond the feeder's heartbeat (term %d, database head %v)",
+				ErrGap, cur, b.Term, b.End(), h.Term, h.Head)
+		}
+		backoff.Sleep(ctx, wait)
+		wait = min(2*wait, 5*time.Millisecond)
+	}
+}
+
+// heartbeat reads the feeder's heartbeat and remembers it.
+func (in *Instance) heartbeat(ctx context.Context) (beatValue, error) {
+	v, _, err := in.b.Store.Get(ctx, keyHead)
+	if err != nil {
+		return beatValue{}, fmt.Errorf("fanout: heartbeat: %w", err)
+	}
+	h, err := decodeHeartbeat(v, in.b.Key)
+	if err != nil {
+		return beatValue{}, fmt.Errorf("fanout: heartbeat: %w", err)
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if h.Beat != in.hb.Beat || in.hbChanged.IsZero() {
+		in.hbChanged = time.Now()
+	}
+	if h.Term >= in.hb.Term {
+		in.hb = h
+	}
+	return h, nil
+}
+
+// Head returns the database head of the feeder's latest heartbeat, or
+// ErrStaleHead when the heartbeat has not changed for HeadTimeout.
+func (in *Instance) Head(ctx context.Context) (changefeed.Position, error) {
+	h, err := in.heartbeat(ctx)
+	if err != nil {
+		return 0, err
+	}
+	in.checkFilter(ctx)
+	in.mu.Lock()
+	age := time.Since(in.hbChanged)
+	in.mu.Unlock()
+	if age > in.cfg.HeadTimeout {
+		return 0, fmt.Errorf("%w: unchanged for %v", ErrStaleHead, age.Round(time.Millisecond))
+	}
+	return h.Head, nil
+}
+
+// checkFilter ends the running Stream when the newest snapshot record is
+// of a newer filter than the one loaded, so that Follow loads it: running
+// instances follow the feeder's rebuilds (an overfilled filter, say).
+func (in *Instance) checkFilter(ctx context.Context) {
+	v, _, err := in.b.Store.Get(ctx, keySnapshot)
+	if err != nil {
+		return
+	}
+	r, err := decodeRecord(v, in.b.Key)
+	if err != nil {
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if r.Gen > in.gen && in.restart != nil {
+		in.b.Logger.Info("bloomgate: fan-out instance loads the feeder's newer filter", "set", in.b.Name, "generation", r.Gen, "position", r.Position)
+		in.restart(errNewFilter)
+		in.restart = nil
+	}
+}
+
+// Confirm does nothing: the log keeps its entries for its own retention.
+func (in *Instance) Confirm(ctx context.Context, pos changefeed.Position) error { return nil }
