@@ -52,6 +52,9 @@ func (g *Gate) build(ctx context.Context, kind string) (err error) {
 	if following {
 		return ErrFollowing
 	}
+	if g.cfg.Source == nil {
+		return fmt.Errorf("%w: %s needs Config.Source", ErrInvalidConfig, kind)
+	}
 	start := time.Now()
 	defer func() {
 		g.m.observeBuild(kind, time.Since(start), err)
@@ -359,6 +362,9 @@ func (g *Gate) endBuildLocked() {
 // is degraded. It returns ctx's error, ErrClosed once the gate is closed, or
 // ErrFollowing if the gate follows a change feed (see Follow).
 func (g *Gate) Run(ctx context.Context) error {
+	if g.cfg.Source == nil {
+		return fmt.Errorf("%w: Run needs Config.Source", ErrInvalidConfig)
+	}
 	retry := backoff.Backoff{Min: time.Second, Max: time.Minute}
 	for {
 		var wait time.Duration

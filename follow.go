@@ -1,11 +1,12 @@
 package bloomgate
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"strings"
+	"math"
 	"sync"
 	"time"
 
@@ -18,6 +19,11 @@ import (
 // Feed is a change feed with exact positions, such as PostgreSQL logical
 // replication (source/postgres.Feed). Rebuild and Confirm may run while
 // Stream does; no two Streams run at once.
+//
+// Optional capabilities, found by type assertion: Estimate(ctx) (int64,
+// error) sizes the first filter (else Config.Source's estimate, if set), and
+// Err() error reports the error of the feed's last failed connection while
+// Stream retries on its own (it then appears in State's reason).
 type Feed interface {
 	// Bootstrap starts the feed afresh: it calls fn for every key of the
 	// table at one consistent point and returns that point. Stream from it
@@ -37,6 +43,12 @@ type Feed interface {
 	Confirm(ctx context.Context, pos changefeed.Position) error
 }
 
+type feedEstimator interface {
+	Estimate(ctx context.Context) (int64, error)
+}
+
+type feedErrer interface{ Err() error }
+
 // FollowConfig configures Gate.Follow. The zero value of every field means
 // its default.
 type FollowConfig struct {
@@ -50,28 +62,46 @@ type FollowConfig struct {
 	// every start bootstraps, and positions are confirmed as applied.
 	Snapshots SnapshotStore
 	// SnapshotInterval is how often a snapshot is taken while following;
-	// one is also taken after every rebuild and when Follow returns.
-	// Default: 1 minute.
+	// one is also taken after every bootstrap and rebuild, and when Follow
+	// returns. Default: 1 minute.
 	SnapshotInterval time.Duration
-	// MaxLag bounds staleness: the gate answers "absent" only while every
-	// transaction committed more than MaxLag ago has been applied, and
-	// fails open otherwise (a stalled or disconnected feed, a backlog).
-	// Default: 30 s.
+	// SnapshotTimeout bounds writing one snapshot (Snapshots.Save and the
+	// Confirm after it). The filter is encoded in memory while the stream
+	// waits; the write runs beside the stream. Default: 1 minute.
+	SnapshotTimeout time.Duration
+	// MaxLag bounds staleness, and is the only lag setting that decides
+	// readiness: the gate answers "absent" only while every transaction
+	// committed more than MaxLag ago has been applied, and fails open
+	// otherwise (a stalled or disconnected feed, a backlog, a process
+	// paused past it). Default: 30 s.
 	MaxLag time.Duration
 	// MaxSnapshotBytes bounds the memory a loaded snapshot's filter may
 	// take. Default: package filter's decoding default.
 	MaxSnapshotBytes uint64
+	// MinCapacity is the least capacity of a filter Follow builds, so that
+	// a table that starts empty does not rebuild at every few keys.
+	// Default: 65536 (about 120 KB for a Bloom filter at 0.1 %).
+	MinCapacity uint64
 }
 
 // Defaults of FollowConfig's fields.
 const (
 	DefaultSnapshotInterval = time.Minute
+	DefaultSnapshotTimeout  = time.Minute
 	DefaultMaxLag           = 30 * time.Second
+	DefaultMinCapacity      = 1 << 16
 )
 
-// feedReason prefixes the reasons Follow fails open for, so that it can
-// clear them itself without clearing the application's Degrade.
-const feedReason = "change feed: "
+// Growth: Follow rebuilds a filter once it holds growAt of its capacity,
+// into one sized for growFactor times the keys it holds (with headroom), so
+// that a table growing from empty rebuilds O(log n) times and the serving
+// filter still has room, a tenth of its capacity, for the writes made during
+// the rebuild. A filter sized for a table that does not grow holds
+// 1/(1+Headroom) of its capacity (80 % by default), below growAt.
+const (
+	growAt     = 0.9
+	growFactor = 2
+)
 
 // Follow keeps the gate in step with a change feed until ctx is done, and
 // returns ctx's error (or ErrClosed). It replaces Run: every row any writer
@@ -85,11 +115,24 @@ const feedReason = "change feed: "
 // open. When the feed loses its position (changefeed.ErrRebuild) Follow
 // fails open and bootstraps afresh. It rebuilds the filter from a fresh
 // snapshot of the feed, while the stream goes on, on the triggers Run uses
-// (schedule, overfill, the degraded state) and when deletes pile up that
-// the filter could not apply.
+// (schedule, overfill, the degraded state), when deletes pile up that the
+// filter could not apply, after a TRUNCATE, and ahead of growth (see
+// FollowConfig.MinCapacity): a filter nearly at capacity is rebuilt twice as
+// large while it still has room.
+//
+// When the feed fails, Follow fails open at once, logs the error with its
+// cause, counts it in bloomgate_feed_errors_total{cause} and puts it in
+// State's reason, then retries with backoff. Causes: "setup" (the error
+// wraps changefeed.ErrSetup: a permission, publication or table an operator
+// must fix; logged at error level, retried every minute at most, and
+// returned by WaitReady at once), "timeout" (changefeed.ErrTimeout or a
+// deadline), "rebuild" (changefeed.ErrRebuild: bootstrap again) and
+// "other".
 func (g *Gate) Follow(ctx context.Context, feed Feed, cfg FollowConfig) error {
 	defaults.Set(&cfg.SnapshotInterval, DefaultSnapshotInterval)
+	defaults.Set(&cfg.SnapshotTimeout, DefaultSnapshotTimeout)
 	defaults.Set(&cfg.MaxLag, DefaultMaxLag)
+	defaults.Set(&cfg.MinCapacity, DefaultMinCapacity)
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -121,8 +164,19 @@ func (g *Gate) Follow(ctx context.Context, feed Feed, cfg FollowConfig) error {
 			return err
 		}
 		fresh = errors.Is(err, changefeed.ErrRebuild)
-		g.cfg.Logger.Warn("bloomgate: change feed failed; failing open and restarting", "err", err, "bootstrap", fresh)
-		g.degradeFeed(fmt.Sprintf("%v", err))
+		cause := feedCause(err)
+		g.m.feedErrors[cause].Add(1)
+		g.feedErr.Store(&feedFailure{err: err, cause: cause})
+		retry.Max = 30 * time.Second
+		if cause == causeSetup {
+			retry.Max = time.Minute
+			g.cfg.Logger.Error("bloomgate: change feed setup is incomplete; failing open until an operator fixes it",
+				"err", err, "cause", cause, "retry_in", retry.Delay())
+		} else {
+			g.cfg.Logger.Warn("bloomgate: change feed failed; failing open and restarting",
+				"err", err, "cause", cause, "bootstrap", fresh, "retry_in", retry.Delay())
+		}
+		g.degradeFeed(fmt.Sprintf("%s: %v", cause, err))
 		if err := retry.Wait(ctx); err != nil {
 			return err
 		}
@@ -132,17 +186,97 @@ func (g *Gate) Follow(ctx context.Context, feed Feed, cfg FollowConfig) error {
 	}
 }
 
-// degradeFeed fails open for a reason of the feed's.
+// feedFailure is the last error that ended a run of Follow.
+type feedFailure struct {
+	err   error
+	cause failCause
+}
+
+// failCause classifies a feed's error for logs, metrics and WaitReady.
+type failCause uint8
+
+const (
+	causeOther failCause = iota
+	causeSetup
+	causeTimeout
+	causeRebuild
+	numCauses
+)
+
+func (c failCause) String() string {
+	switch c {
+	case causeSetup:
+		return "setup"
+	case causeTimeout:
+		return "timeout"
+	case causeRebuild:
+		return "rebuild"
+	}
+	return "other"
+}
+
+func feedCause(err error) failCause {
+	switch {
+	case errors.Is(err, changefeed.ErrSetup):
+		return causeSetup
+	case errors.Is(err, changefeed.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return causeTimeout
+	case errors.Is(err, changefeed.ErrRebuild):
+		return causeRebuild
+	}
+	return causeOther
+}
+
+// WaitReady blocks until the gate is ready (Ready reports true) and returns
+// nil. It returns early with the error when Follow has failed on a setup
+// error no retry can heal (it wraps changefeed.ErrSetup), and when ctx is
+// done with ctx's error and the state's reason.
+func (g *Gate) WaitReady(ctx context.Context) error {
+	for {
+		g.mu.Lock()
+		ch := g.changed
+		if ch == nil {
+			ch = make(chan struct{})
+			g.changed = ch
+		}
+		g.mu.Unlock()
+		if g.Ready() {
+			return nil
+		}
+		if ff := g.feedErr.Load(); ff != nil && ff.cause == causeSetup {
+			return fmt.Errorf("bloomgate: not ready: %w", ff.err)
+		}
+		// Readiness also turns on the lag check's clock, which publishes
+		// nothing: look again now and then.
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			st, reason := g.State()
+			return fmt.Errorf("bloomgate: not ready (%v: %s): %w", st, reason, ctx.Err())
+		case <-ch:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// degradeFeed fails open for a reason of the feed's, unless the gate is
+// already failing open for a reason that is not the feed's.
 func (g *Gate) degradeFeed(reason string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if v := g.view.Load(); v.state != StateDegraded || strings.HasPrefix(v.reason, feedReason) {
-		g.setStateLocked(StateDegraded, feedReason+reason)
+	if v := g.view.Load(); v.state != StateDegraded || v.owner == ownerFeed {
+		g.setOwnedStateLocked(StateDegraded, ownerFeed, "change feed: "+reason)
 	}
 }
 
 // follower is one run of Follow: from a snapshot or bootstrap to the end of
 // a stream.
+//
+// Lock order: Gate.buildMu, then follower.mu, then Gate.mu; the feed's own
+// locks come last (Confirm is called with follower.mu held). Readers take
+// none of them.
 type follower struct {
 	g    *Gate
 	feed Feed
@@ -152,12 +286,22 @@ type follower struct {
 	pos          changefeed.Position
 	applied      int64
 	heads        []headMark // feed heads seen, oldest first
+	headErr      error      // the last Head error, nil once one succeeds
 	caughtUp     bool
 	lastSnapshot time.Time
 	lastCheck    time.Time
 	unknown      uint64 // deletes the serving filter could not apply
-	rebuild      *feedRebuild
-	rebuildWhy   string
+	truncated    bool   // a TRUNCATE reached the serving filter: rebuild
+	capacity     uint64 // the serving filter's
+	// heldBelow: the serving filter, a rebuild's, already holds every
+	// transaction with a commit below it (its copy's point); a lagging stream
+	// still delivers them, and they must not reach it twice.
+	heldBelow changefeed.Position
+	rebuild   *feedRebuild
+	retry     rebuildCause // a rebuild to start again (its filter refused a key)
+	retryCap  uint64       // the least capacity for it
+	saving    bool         // a snapshot is being written
+	wg        sync.WaitGroup
 }
 
 type headMark struct {
@@ -166,9 +310,43 @@ type headMark struct {
 }
 
 type feedRebuild struct {
-	nf     Filter
-	buf    []hashedTxn // transactions applied while its snapshot ran
-	cancel context.CancelFunc
+	nf       Filter
+	capacity uint64
+	cause    rebuildCause
+	buf      []hashedTxn // transactions applied while its snapshot ran
+	refused  bool        // nf refused a key: too small
+	cancel   context.CancelFunc
+}
+
+// rebuildCause says why Follow rebuilds.
+type rebuildCause uint8
+
+const (
+	causeNoRebuild rebuildCause = iota
+	causeGrowth
+	causeTruncate
+	causeDegraded
+	causeSchedule
+	causeOverfill
+	causeDeletes
+)
+
+func (c rebuildCause) String() string {
+	switch c {
+	case causeGrowth:
+		return "growth"
+	case causeTruncate:
+		return "table truncated"
+	case causeDegraded:
+		return "degraded"
+	case causeSchedule:
+		return "schedule"
+	case causeOverfill:
+		return "overfilled"
+	case causeDeletes:
+		return "deletes the filter could not apply"
+	}
+	return "none"
 }
 
 type hashedTxn struct {
@@ -203,15 +381,20 @@ func (fl *follower) run(ctx context.Context, fresh bool) error {
 		rb.cancel()
 		g.abandonPending(rb.nf)
 	}
+	fl.mu.Unlock()
+	fl.wg.Wait() // snapshots in flight
 	if ctx.Err() != nil && fl.cfg.Snapshots != nil {
 		// On shutdown: a last snapshot, so the next start catches up little.
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if serr := fl.snapshot(sctx); serr != nil {
+		fl.mu.Lock()
+		data, pos, serr := fl.encodeLocked()
+		fl.mu.Unlock()
+		if serr == nil && data != nil {
+			serr = fl.save(pos, data)
+		}
+		if serr != nil {
 			g.cfg.Logger.Error("bloomgate: snapshot on shutdown failed", "err", serr)
 		}
-		cancel()
 	}
-	fl.mu.Unlock()
 	return err
 }
 
@@ -219,10 +402,12 @@ func (fl *follower) run(ctx context.Context, fresh bool) error {
 // until the stream catches up.
 func (fl *follower) load(ctx context.Context) bool {
 	g := fl.g
-	start := time.Now()
+	start := g.cfg.Now()
 	var f Filter
 	var pos changefeed.Position
+	tried := false
 	err := fl.cfg.Snapshots.Load(ctx, func(r io.Reader) error {
+		tried = true
 		var err error
 		f, pos, err = readSnapshot(r, fl.cfg.Identity, fl.cfg.MaxSnapshotBytes)
 		if err != nil {
@@ -231,11 +416,16 @@ func (fl *follower) load(ctx context.Context) bool {
 		return err
 	})
 	if err != nil {
+		if tried {
+			g.m.observeBuild("snapshot", g.cfg.Now().Sub(start), err)
+		}
 		g.cfg.Logger.Info("bloomgate: no usable snapshot; bootstrapping", "err", err)
 		return false
 	}
 	g.buildMu.Lock()
 	defer g.buildMu.Unlock()
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.building {
@@ -243,38 +433,72 @@ func (fl *follower) load(ctx context.Context) bool {
 	}
 	g.seed = f.Seed()
 	g.journal = newJournal(g.cfg.RebuildOverlap) // its hashes used the old seed
-	fl.publishLocked(f)
+	fl.publishLocked(f, capacityOf(f))
 	fl.pos = pos
-	g.cfg.Logger.Info("bloomgate: snapshot loaded", "position", pos, "seconds", time.Since(start).Seconds())
+	g.m.observeBuild("snapshot", g.cfg.Now().Sub(start), nil)
+	g.cfg.Logger.Info("bloomgate: snapshot loaded", "position", pos, "seconds", g.cfg.Now().Sub(start).Seconds())
 	return true
 }
 
 // publishLocked makes f the serving filter, authoritative only if the
-// follower has caught up. g.mu is held.
-func (fl *follower) publishLocked(f Filter) {
+// follower has caught up. fl.mu and g.mu are held.
+func (fl *follower) publishLocked(f Filter, capacity uint64) {
 	g := fl.g
-	nv := &view{state: StateReady, f: f, seed: f.Seed(), followed: true, snapshotAt: g.cfg.Now(), builtAt: g.cfg.Now()}
+	now := g.cfg.Now()
+	nv := &view{state: StateReady, f: f, seed: f.Seed(), followed: true, snapshotAt: now, builtAt: now}
 	nv.rm, _ = f.(Remover)
 	switch {
 	case g.closed:
 		nv.state, nv.reason = StateDegraded, "closed"
 	case !fl.caughtUp:
-		nv.state, nv.reason = StateDegraded, feedReason+"catching up"
+		nv.state, nv.owner, nv.reason = StateDegraded, ownerFeed, "change feed: catching up"
 	}
 	g.publishLocked(nv)
 	g.unapplied = 0
-	fl.unknown = 0
+	fl.unknown, fl.truncated, fl.capacity, fl.heldBelow = 0, false, capacity, 0
+	// A new filter is checked a CheckInterval from now (its Stats reads the
+	// whole table), and snapshotted by the caller or a SnapshotInterval
+	// from now: a loaded snapshot is one already.
+	fl.lastCheck, fl.lastSnapshot = now, now
 }
 
-// bootstrap builds a filter from the feed's fresh snapshot, sized from
-// Config.Source's estimate; a filter that fills up is started over twice as
-// large.
+// estimate sizes the first filter: the feed's own estimate if it has one,
+// else Config.Source's, else 0.
+func (fl *follower) estimate(ctx context.Context) int64 {
+	g := fl.g
+	var est func(context.Context) (int64, error)
+	if e, ok := fl.feed.(feedEstimator); ok {
+		est = e.Estimate
+	} else if g.cfg.Source != nil {
+		est = g.cfg.Source.Estimate
+	} else {
+		return 0
+	}
+	n, err := est(ctx)
+	if err != nil {
+		g.cfg.Logger.Warn("bloomgate: estimate failed; sizing without it", "err", err)
+		return 0
+	}
+	return n
+}
+
+// sizeFor is the capacity for n keys: with the configured headroom, times
+// growth, never below MinCapacity (nor Config.Capacity, when set).
+func (fl *follower) sizeFor(n float64, growth float64) uint64 {
+	g := fl.g
+	c := uint64(math.Ceil(growth * (1 + g.cfg.Headroom) * max(n, 0)))
+	return max(c, fl.cfg.MinCapacity, g.cfg.Capacity)
+}
+
+// bootstrap builds a filter from the feed's fresh snapshot, sized from the
+// estimate; a filter that fills up is started over twice as large, and one
+// the snapshot filled past its growth point is rebuilt larger at once.
 func (fl *follower) bootstrap(ctx context.Context) error {
 	g := fl.g
 	g.buildMu.Lock()
 	defer g.buildMu.Unlock()
-	start := time.Now()
-	capacity := g.capacity(g.estimate(ctx))
+	start := g.cfg.Now()
+	capacity := fl.sizeFor(float64(fl.estimate(ctx)), 1)
 	for {
 		nf, err := g.newFilter(capacity)
 		if err != nil {
@@ -286,23 +510,23 @@ func (fl *follower) bootstrap(ctx context.Context) error {
 			return fl.addKey(nf, key)
 		})
 		if errors.Is(err, filter.ErrFull) && capacity < 1<<40 {
-			capacity *= 2
+			capacity = max(2*capacity, fl.sizeFor(float64(keys), growFactor))
 			continue
 		}
-		g.m.observeBuild("bootstrap", time.Since(start), err)
+		g.m.observeBuild("bootstrap", g.cfg.Now().Sub(start), err)
 		if err != nil {
 			return fmt.Errorf("bloomgate: bootstrap: %w", err)
 		}
+		fl.mu.Lock()
 		g.mu.Lock()
-		fl.publishLocked(nf)
+		fl.publishLocked(nf, capacity)
 		g.m.builds.Add(1)
 		g.mu.Unlock()
-		fl.mu.Lock()
 		fl.pos = pos
-		fl.snapshotOrLog(ctx)
+		fl.snapshotLocked()
 		fl.mu.Unlock()
 		g.cfg.Logger.Info("bloomgate: filter bootstrapped from the change feed", "keys", keys, "position", pos,
-			"capacity", capacity, "seconds", time.Since(start).Seconds())
+			"capacity", capacity, "seconds", g.cfg.Now().Sub(start).Seconds())
 		return nil
 	}
 }
@@ -320,15 +544,17 @@ func (fl *follower) addKey(nf Filter, key []byte) error {
 // markHead records the feed's head: once the stream passes it, every
 // transaction committed before now has been applied.
 func (fl *follower) markHead(ctx context.Context) error {
-	at := time.Now()
+	at := fl.g.cfg.Now()
 	head, err := fl.feed.Head(ctx)
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	fl.headErr = err
 	if err != nil {
+		fl.updateLocked(fl.g.cfg.Now(), true)
 		return fmt.Errorf("bloomgate: feed head: %w", err)
 	}
-	fl.mu.Lock()
 	fl.heads = append(fl.heads, headMark{at, head})
-	fl.updateLocked(time.Now())
-	fl.mu.Unlock()
+	fl.updateLocked(fl.g.cfg.Now(), true)
 	return nil
 }
 
@@ -344,11 +570,7 @@ func (fl *follower) watch(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := fl.markHead(ctx); err != nil {
-			fl.mu.Lock()
-			fl.updateLocked(time.Now())
-			fl.mu.Unlock()
-		}
+		fl.markHead(ctx)
 	}
 }
 
@@ -369,8 +591,10 @@ func (fl *follower) lagLocked(now time.Time) (time.Duration, bool) {
 	return now.Sub(fl.heads[0].at), true
 }
 
-// updateLocked turns the gate ready or failing open by the feed's lag.
-func (fl *follower) updateLocked(now time.Time) {
+// updateLocked turns the gate ready or failing open by the feed's lag;
+// refresh also rewrites the reason of a gate failing open for the feed (the
+// lag check does, every tick; applying a transaction does not).
+func (fl *follower) updateLocked(now time.Time, refresh bool) {
 	g := fl.g
 	lag, ok := fl.lagLocked(now)
 	fresh := ok && lag <= fl.cfg.MaxLag
@@ -378,24 +602,46 @@ func (fl *follower) updateLocked(now time.Time) {
 	g.m.feedPosition.Store(uint64(fl.pos))
 	if fresh {
 		fl.caughtUp = true
-		g.freshUntil.Store(monoNow() + int64(fl.cfg.MaxLag-lag))
+		g.freshUntil.Store(g.clock() + int64(fl.cfg.MaxLag-lag))
 	}
 	change := func(v *view) bool {
-		ours := v.state == StateDegraded && strings.HasPrefix(v.reason, feedReason)
-		return v.f != nil && (fresh && ours || !fresh && v.authoritative() && fl.caughtUp)
+		ours := v.state == StateDegraded && v.owner == ownerFeed
+		return v.f != nil && (fresh && ours || !fresh && (v.authoritative() && fl.caughtUp || ours && refresh))
 	}
 	if !change(g.view.Load()) {
 		return // the common case, without the gate's lock
 	}
+	var reason string
+	if !fresh {
+		reason = fl.lagReasonLocked(lag, ok)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if v := g.view.Load(); !change(v) {
-		return
-	} else if fresh {
-		g.setStateLocked(StateReady, "")
-	} else {
-		g.setStateLocked(StateDegraded, fmt.Sprintf("%slag %v exceeds MaxLag %v", feedReason, lag.Round(time.Millisecond), fl.cfg.MaxLag))
+	switch v := g.view.Load(); {
+	case !change(v):
+	case fresh:
+		g.setOwnedStateLocked(StateReady, ownerNone, "")
+	case v.reason != reason:
+		g.setOwnedStateLocked(StateDegraded, ownerFeed, reason)
 	}
+}
+
+// lagReasonLocked says why the gate is not fresh, with the feed's last
+// error if it reports one.
+func (fl *follower) lagReasonLocked(lag time.Duration, passed bool) string {
+	reason := "change feed: catching up"
+	if passed && fl.caughtUp {
+		reason = fmt.Sprintf("change feed: lag %v exceeds MaxLag %v", lag.Round(time.Millisecond), fl.cfg.MaxLag)
+	}
+	if fl.headErr != nil {
+		reason += fmt.Sprintf("; %s: %v", feedCause(fl.headErr), fl.headErr)
+	}
+	if fe, ok := fl.feed.(feedErrer); ok {
+		if err := fe.Err(); err != nil {
+			reason += fmt.Sprintf("; %s: %v", feedCause(err), err)
+		}
+	}
+	return reason
 }
 
 // apply applies one transaction from the stream.
@@ -405,7 +651,7 @@ func (fl *follower) apply(t changefeed.Txn) error {
 	defer fl.mu.Unlock()
 	ht := fl.hashTxn(t)
 	v := g.view.Load()
-	if v.f != nil {
+	if v.f != nil && t.Commit >= fl.heldBelow {
 		fl.applyTo(v.f, ht, true)
 	}
 	if rb := fl.rebuild; rb != nil {
@@ -413,20 +659,63 @@ func (fl *follower) apply(t changefeed.Txn) error {
 	}
 	fl.pos = t.End
 	fl.applied++
-	now := time.Now()
-	fl.updateLocked(now)
-	if fl.cfg.Snapshots != nil && now.Sub(fl.lastSnapshot) >= fl.cfg.SnapshotInterval && fl.rebuild == nil {
-		fl.snapshotOrLog(context.Background())
-	} else if fl.cfg.Snapshots == nil {
-		fl.feed.Confirm(context.Background(), fl.pos)
+	now := g.cfg.Now()
+	fl.updateLocked(now, false)
+	switch {
+	case fl.cfg.Snapshots == nil:
+		if err := fl.feed.Confirm(context.Background(), fl.pos); err != nil {
+			g.cfg.Logger.Warn("bloomgate: confirming a position to the change feed failed", "position", fl.pos, "err", err)
+		}
+	case now.Sub(fl.lastSnapshot) >= fl.cfg.SnapshotInterval && fl.rebuild == nil:
+		fl.snapshotLocked()
 	}
-	if now.Sub(fl.lastCheck) >= g.cfg.CheckInterval && fl.rebuild == nil {
-		fl.lastCheck = now
-		if why := fl.rebuildReasonLocked(); why != "" {
-			fl.startRebuildLocked(why)
+	if fl.rebuild == nil {
+		// Growth is checked at every transaction (it costs a comparison);
+		// the other triggers every CheckInterval.
+		cause := fl.growthLocked(v)
+		if cause == causeNoRebuild && now.Sub(fl.lastCheck) >= g.cfg.CheckInterval {
+			fl.lastCheck = now
+			cause = fl.rebuildCauseLocked()
+		}
+		if cause != causeNoRebuild {
+			fl.startRebuildLocked(cause)
 		}
 	}
 	return nil
+}
+
+// growthLocked reports causeGrowth when the serving filter holds growAt of
+// its capacity, or the cause of a rebuild whose filter refused a key and
+// must start over.
+func (fl *follower) growthLocked(v *view) rebuildCause {
+	if fl.retry != causeNoRebuild {
+		return fl.retry
+	}
+	if v.f == nil || fl.capacity == 0 {
+		return causeNoRebuild
+	}
+	if float64(items(v.f)) >= growAt*float64(fl.capacity) {
+		return causeGrowth
+	}
+	return causeNoRebuild
+}
+
+// capacityOf is the filter's capacity, without reading the table where the
+// filter can tell (a Bloom filter's Stats costs a pass with a logarithm per
+// block: tens of milliseconds at 10 M keys, on a cold start's path).
+func capacityOf(f Filter) uint64 {
+	if s, ok := f.(interface{ Sizing() filter.Sizing }); ok {
+		return s.Sizing().Capacity
+	}
+	return f.Stats().Capacity
+}
+
+// items is the filter's item count, cheaply where it can tell.
+func items(f Filter) uint64 {
+	if c, ok := f.(interface{ Items() uint64 }); ok {
+		return c.Items()
+	}
+	return f.Stats().Items
 }
 
 // hashTxn hashes a transaction's keys with the gate's seed.
@@ -453,17 +742,21 @@ func (fl *follower) hashTxn(t changefeed.Txn) hashedTxn {
 	return ht
 }
 
-// applyTo applies a transaction to f: its adds first, so a key deleted and
-// inserted again in one transaction is never absent, then its removes where
-// f can remove.
+// applyTo applies a transaction to f, the serving filter or a rebuild's:
+// its adds first, so a key deleted and inserted again in one transaction is
+// never absent, then its removes where f can remove.
 func (fl *follower) applyTo(f Filter, t hashedTxn, serving bool) {
 	g := fl.g
 	for _, h := range t.adds {
 		if err := f.AddHash(h); err != nil {
 			if serving {
+				// Full: fail open until a larger filter is built, at once.
 				g.Degrade(fmt.Sprintf("filter refused a key from the change feed: %v", err))
+				if fl.rebuild == nil {
+					fl.retry = causeGrowth
+				}
 			} else if rb := fl.rebuild; rb != nil && rb.nf == f {
-				fl.rebuildWhy = "refused"
+				rb.refused = true
 			}
 		}
 	}
@@ -482,43 +775,57 @@ func (fl *follower) applyTo(f Filter, t hashedTxn, serving bool) {
 	if serving {
 		fl.unknown += uint64(t.unknown)
 		if t.clears > 0 {
-			fl.rebuildWhy = "table truncated"
+			fl.truncated = true
 		}
 	}
 }
 
-// rebuildReasonLocked says why the filter should be rebuilt from the feed.
-func (fl *follower) rebuildReasonLocked() string {
+// rebuildCauseLocked says why the filter should be rebuilt from the feed,
+// on the triggers checked every CheckInterval.
+func (fl *follower) rebuildCauseLocked() rebuildCause {
 	g := fl.g
-	if fl.rebuildWhy != "" {
-		return fl.rebuildWhy
-	}
 	v := g.view.Load()
 	switch {
 	case v.f == nil:
-		return ""
-	case v.state == StateDegraded && !strings.HasPrefix(v.reason, feedReason):
-		return "degraded: " + v.reason
+		return causeNoRebuild
+	case fl.truncated:
+		return causeTruncate
+	case v.state == StateDegraded && v.owner != ownerFeed:
+		return causeDegraded
 	case g.cfg.RebuildInterval > 0 && g.cfg.Now().Sub(v.builtAt) >= g.cfg.RebuildInterval:
-		return "schedule"
+		return causeSchedule
 	}
 	st := v.f.Stats()
 	if st.EstimatedFPRate > g.cfg.OverfillFactor*g.cfg.FPRate {
-		return fmt.Sprintf("overfilled: estimated FP %.4g", st.EstimatedFPRate)
+		return causeOverfill
 	}
 	if fl.unknown > 0 && float64(fl.unknown) > g.cfg.RemoveRebuildRatio*float64(max(st.Items, 1)) {
-		return fmt.Sprintf("%d deletes the filter could not apply", fl.unknown)
+		return causeDeletes
 	}
-	return ""
+	return causeNoRebuild
 }
 
 // startRebuildLocked builds a new filter from the feed's Rebuild while the
 // stream goes on; transactions applied meanwhile are kept and replayed into
 // it from its point on.
-func (fl *follower) startRebuildLocked(why string) {
+func (fl *follower) startRebuildLocked(cause rebuildCause) {
 	g := fl.g
-	fl.rebuildWhy = ""
-	nf, err := g.newFilter(g.capacity(0))
+	retry := fl.retry != causeNoRebuild
+	fl.retry = causeNoRebuild
+	n := float64(0)
+	growth := 1.0
+	if v := g.view.Load(); v.f != nil {
+		n = float64(items(v.f))
+		if cause != causeTruncate && cause != causeDeletes {
+			n = max(n, v.f.Stats().EstimatedDistinct)
+		}
+	}
+	if cause == causeGrowth || retry {
+		growth = growFactor
+	}
+	capacity := max(fl.sizeFor(n, growth), fl.retryCap)
+	fl.retryCap = 0
+	nf, err := g.newFilter(capacity)
 	if err != nil {
 		g.cfg.Logger.Error("bloomgate: rebuild from the change feed", "err", err)
 		return
@@ -527,50 +834,65 @@ func (fl *follower) startRebuildLocked(why string) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rb := &feedRebuild{nf: nf, cancel: cancel}
+	rb := &feedRebuild{nf: nf, capacity: capacity, cause: cause, cancel: cancel}
 	fl.rebuild = rb
-	g.cfg.Logger.Info("bloomgate: rebuilding from the change feed", "reason", why)
-	go func() {
-		defer cancel()
-		start := time.Now()
-		var keys int64
-		pos, err := fl.feed.Rebuild(ctx, func(key []byte) error {
-			keys++
-			return fl.addKey(nf, key)
-		})
-		g.m.observeBuild("rebuild", time.Since(start), err)
-		fl.mu.Lock()
-		defer fl.mu.Unlock()
-		if fl.rebuild != rb {
-			return // the run ended
+	g.cfg.Logger.Info("bloomgate: rebuilding from the change feed", "reason", cause, "capacity", capacity)
+	fl.wg.Go(func() { fl.runRebuild(ctx, rb) })
+}
+
+// runRebuild reads the feed's fresh snapshot into rb's filter, replays the
+// transactions applied since, and swaps it in.
+func (fl *follower) runRebuild(ctx context.Context, rb *feedRebuild) {
+	g := fl.g
+	defer rb.cancel()
+	start := g.cfg.Now()
+	var keys int64
+	pos, err := fl.feed.Rebuild(ctx, func(key []byte) error {
+		keys++
+		return fl.addKey(rb.nf, key)
+	})
+	if errors.Is(err, filter.ErrFull) {
+		rb.refused, err = true, nil
+	}
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	if fl.rebuild != rb {
+		return // the run ended
+	}
+	fl.rebuild = nil
+	if err != nil {
+		g.m.observeBuild("rebuild", g.cfg.Now().Sub(start), err)
+		g.cfg.Logger.Error("bloomgate: rebuild from the change feed failed", "err", err)
+		g.abandonPending(rb.nf)
+		return
+	}
+	replayed := 0
+	for _, t := range rb.buf {
+		if t.commit >= pos {
+			fl.applyTo(rb.nf, t, false)
+			replayed += len(t.adds)
 		}
-		fl.rebuild = nil
-		if err != nil {
-			g.cfg.Logger.Error("bloomgate: rebuild from the change feed failed", "err", err)
-			g.abandonPending(nf)
-			return
-		}
-		for _, t := range rb.buf {
-			if t.commit >= pos {
-				fl.applyTo(nf, t, false)
-			}
-		}
-		if fl.rebuildWhy == "refused" {
-			g.abandonPending(nf)
-			fl.rebuildWhy = "the new filter refused a key"
-			return
-		}
-		g.mu.Lock()
-		g.endBuildLocked()
-		fl.publishLocked(nf)
-		g.m.builds.Add(1)
-		g.mu.Unlock()
-		// Keep the rebuilt filter's later transactions flowing to it: it is
-		// the serving filter now. Snapshot it at once.
-		fl.snapshotOrLog(context.Background())
-		g.cfg.Logger.Info("bloomgate: filter rebuilt from the change feed", "keys", keys, "position", pos,
-			"seconds", time.Since(start).Seconds())
-	}()
+	}
+	if rb.refused {
+		// Too small for the table as it is now: start over at least twice
+		// as large, and large enough for every key seen.
+		fl.retryCap = max(2*rb.capacity, fl.sizeFor(float64(keys)+float64(replayed), growFactor))
+		g.m.observeBuild("rebuild", g.cfg.Now().Sub(start), filter.ErrFull)
+		g.cfg.Logger.Warn("bloomgate: the rebuilt filter filled up; rebuilding larger", "capacity", rb.capacity, "keys", keys)
+		g.abandonPending(rb.nf)
+		fl.retry = rb.cause
+		return
+	}
+	g.m.observeBuild("rebuild", g.cfg.Now().Sub(start), nil)
+	g.mu.Lock()
+	g.endBuildLocked()
+	fl.publishLocked(rb.nf, rb.capacity)
+	fl.heldBelow = pos
+	g.m.builds.Add(1)
+	g.mu.Unlock()
+	fl.snapshotLocked()
+	g.cfg.Logger.Info("bloomgate: filter rebuilt from the change feed", "reason", rb.cause, "keys", keys, "position", pos,
+		"capacity", rb.capacity, "seconds", g.cfg.Now().Sub(start).Seconds())
 }
 
 // abandonPending drops a build's filter and restores the state it replaced.
@@ -586,30 +908,64 @@ func (g *Gate) abandonPending(nf Filter) {
 	}
 }
 
-// snapshotOrLog takes a snapshot and logs a failure: the gate goes on, and
-// the feed keeps the unconfirmed transactions.
-func (fl *follower) snapshotOrLog(ctx context.Context) {
-	if err := fl.snapshot(ctx); err != nil {
-		fl.g.cfg.Logger.Error("bloomgate: snapshot failed", "err", err)
+// snapshotLocked starts a snapshot of the serving filter at the applied
+// position, unless one is being written. The filter is encoded now, with
+// fl.mu held, so the snapshot holds exactly the transactions up to the
+// position; writing it, and confirming the position once it is durable,
+// happen beside the stream, bounded by SnapshotTimeout.
+func (fl *follower) snapshotLocked() {
+	if fl.cfg.Snapshots == nil || fl.saving {
+		return
 	}
+	data, pos, err := fl.encodeLocked()
+	if err != nil {
+		fl.g.cfg.Logger.Error("bloomgate: snapshot failed", "err", err)
+		return
+	}
+	if data == nil {
+		return
+	}
+	fl.saving = true
+	fl.wg.Go(func() {
+		if err := fl.save(pos, data); err != nil {
+			fl.g.cfg.Logger.Error("bloomgate: snapshot failed; the feed keeps the unconfirmed transactions", "position", pos, "err", err)
+		}
+		fl.mu.Lock()
+		fl.saving = false
+		fl.mu.Unlock()
+	})
 }
 
-// snapshot writes the serving filter at the applied position and confirms
-// the position to the feed once it is durable. fl.mu is held, so no
-// transaction is applied meanwhile.
-func (fl *follower) snapshot(ctx context.Context) error {
-	fl.lastSnapshot = time.Now()
+// encodeLocked encodes the serving filter at the applied position. fl.mu is
+// held. It returns nil data when there is nothing to snapshot.
+func (fl *follower) encodeLocked() ([]byte, changefeed.Position, error) {
+	fl.lastSnapshot = fl.g.cfg.Now()
 	v := fl.g.view.Load()
 	if fl.cfg.Snapshots == nil || v.f == nil {
-		return nil
+		return nil, 0, nil
 	}
-	pos := fl.pos
+	var buf bytes.Buffer
+	if err := writeSnapshot(&buf, fl.cfg.Identity, fl.pos, v.f); err != nil {
+		return nil, 0, err
+	}
+	return buf.Bytes(), fl.pos, nil
+}
+
+// save stores an encoded snapshot and confirms its position to the feed
+// once it is durable, within SnapshotTimeout.
+func (fl *follower) save(pos changefeed.Position, data []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), fl.cfg.SnapshotTimeout)
+	defer cancel()
 	err := fl.cfg.Snapshots.Save(ctx, pos, func(w io.Writer) error {
-		return writeSnapshot(w, fl.cfg.Identity, pos, v.f)
+		_, err := w.Write(data)
+		return err
 	})
 	if err != nil {
 		return err
 	}
 	fl.g.m.snapshots.Add(1)
-	return fl.feed.Confirm(ctx, pos)
+	if err := fl.feed.Confirm(ctx, pos); err != nil {
+		return fmt.Errorf("bloomgate: snapshot at %v saved, but confirming it to the feed failed: %w", pos, err)
+	}
+	return nil
 }

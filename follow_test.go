@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
@@ -31,6 +34,8 @@ type memFeed struct {
 	headStuck bool // Head blocks until its context ends, like a stalled process
 	boots     int
 	rebuilds  int
+	bootErr   error         // Bootstrap fails with it while set
+	hold      chan struct{} // the next Rebuild waits until it is closed
 }
 
 func newMemFeed(keys ...string) *memFeed {
@@ -85,14 +90,23 @@ func (f *memFeed) Bootstrap(ctx context.Context, fn func([]byte) error) (changef
 	f.mu.Lock()
 	f.boots++
 	f.lost = false
+	err := f.bootErr
 	f.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
 	return f.snapshot(fn)
 }
 
 func (f *memFeed) Rebuild(ctx context.Context, fn func([]byte) error) (changefeed.Position, error) {
 	f.mu.Lock()
 	f.rebuilds++
+	hold := f.hold
+	f.hold = nil
 	f.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
 	return f.snapshot(fn)
 }
 
@@ -395,5 +409,152 @@ func TestFollowStaleCheckerFailsOpen(t *testing.T) {
 	out := make([]bool, 3)
 	if g.MayContainStrings([]string{"a", "b", "c"}, out) != 3 {
 		t.Fatal("a batched lookup answered absent past MaxLag")
+	}
+}
+
+// TestFollowSetupError: a feed error no retry can heal (changefeed.ErrSetup)
+// is reported at once: WaitReady returns it, State gives it as the reason,
+// bloomgate_feed_errors_total{cause="setup"} counts it and the log says it
+// at error level. Fixing the setup makes the gate ready without a restart.
+func TestFollowSetupError(t *testing.T) {
+	feed := newMemFeed(keys("user", 100)...)
+	feed.bootErr = fmt.Errorf("permission denied for table users: %w", changefeed.ErrSetup)
+	var logs syncBuffer
+	reg := prometheus.NewRegistry()
+	g := newGate(t, bloomgate.Config{Logger: slogTo(&logs), Registerer: reg})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Follow(ctx, feed, bloomgate.FollowConfig{}) }()
+	defer func() { cancel(); <-done }()
+
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	err := g.WaitReady(wctx)
+	if !errors.Is(err, changefeed.ErrSetup) || wctx.Err() != nil {
+		t.Fatalf("WaitReady: %v, want the setup error before the deadline", err)
+	}
+	if st, reason := g.State(); st != bloomgate.StateDegraded || !strings.Contains(reason, "setup") || !strings.Contains(reason, "permission denied") {
+		t.Fatalf("state %v %q: the cause is not in the reason", st, reason)
+	}
+	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "permission denied") {
+		t.Fatalf("the setup error was not logged at error level:\n%s", logs.String())
+	}
+	if n := feedErrors(t, reg, "setup"); n < 1 {
+		t.Fatalf("feed_errors_total{cause=setup} = %v", n)
+	}
+	feed.mu.Lock()
+	feed.bootErr = nil
+	feed.mu.Unlock()
+	waitFor(t, g.Ready)
+	checkNoFalseNegatives(t, g, keys("user", 100))
+}
+
+// feedErrors reads bloomgate_feed_errors_total{cause}.
+func feedErrors(t *testing.T, reg *prometheus.Registry, cause string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "bloomgate_feed_errors_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cause" && l.GetValue() == cause {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no bloomgate_feed_errors_total{cause=%q}", cause)
+	return 0
+}
+
+// TestFollowClock: Follow and the readers use Config.Now, the gate's one
+// clock: moving it past MaxLag while the feed stalls makes the gate fail
+// open at once, with no real time passing; the lag check then says why.
+// Before, Follow read time.Now and the fake clock changed nothing.
+func TestFollowClock(t *testing.T) {
+	clock := newFakeClock()
+	feed := newMemFeed(keys("user", 100)...)
+	g, stop := follow(t, feed, bloomgate.Config{Now: clock.Now}, bloomgate.FollowConfig{MaxLag: time.Hour})
+	defer stop()
+	feed.setPaused(true)
+	feed.commit([]string{"late@example.com"}, nil)
+	if !g.Ready() {
+		t.Fatal("not ready before the clock moved")
+	}
+	clock.Advance(2 * time.Hour)
+	if g.Ready() || !g.MayContainString("nobody@example.com") {
+		t.Fatal("still answering two hours (by Config.Now) past the last lag check")
+	}
+	waitFor(t, func() bool { st, r := g.State(); return st == bloomgate.StateDegraded && strings.Contains(r, "MaxLag") })
+	feed.setPaused(false)
+	waitFor(t, g.Ready)
+	checkNoFalseNegatives(t, g, []string{"late@example.com"})
+}
+
+// TestWaitReady: WaitReady returns once Follow has made the gate ready, and
+// with ctx's error and the state's reason when it does not in time.
+func TestWaitReady(t *testing.T) {
+	feed := newMemFeed(keys("user", 100)...)
+	g := newGate(t, bloomgate.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Follow(ctx, feed, bloomgate.FollowConfig{MaxLag: 50 * time.Millisecond}) }()
+	defer func() { cancel(); <-done }()
+	if err := g.WaitReady(context.Background()); err != nil || !g.Ready() {
+		t.Fatalf("WaitReady: %v, ready %v", err, g.Ready())
+	}
+	feed.setPaused(true)
+	feed.commit([]string{"x@example.com"}, nil)
+	waitFor(t, func() bool { return !g.Ready() })
+	short, scancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer scancel()
+	if err := g.WaitReady(short); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "MaxLag") {
+		t.Fatalf("WaitReady on a stalled feed: %v", err)
+	}
+	feed.setPaused(false)
+	if err := g.WaitReady(context.Background()); err != nil || !g.Ready() {
+		t.Fatalf("WaitReady: %v, ready %v", err, g.Ready())
+	}
+}
+
+// TestFollowRebuildAheadOfStream: a rebuild whose snapshot point is ahead
+// of the stream (the stream lags) swaps in a filter that already holds the
+// transactions between; the stream must not apply them to it again. Applied
+// again, an insert is counted twice and a delete whose insert the old
+// filter got removes a key the new filter never held: with a cuckoo filter
+// that can take another key's fingerprint, a false negative. Seen failing
+// before the fix: items 103 for 102 keys, one remove of an absent key.
+func TestFollowRebuildAheadOfStream(t *testing.T) {
+	clock := newFakeClock()
+	feed := newMemFeed(keys("user", 100)...)
+	g, stop := follow(t, feed, bloomgate.Config{Now: clock.Now, NewFilter: bloomgate.NewCuckoo, RebuildInterval: time.Hour,
+		CheckInterval: time.Nanosecond}, bloomgate.FollowConfig{MaxLag: time.Hour})
+	defer stop()
+	waitApplied(t, g, feed.commit([]string{"k@example.com"}, nil)) // k reaches the serving filter
+	hold := make(chan struct{})
+	feed.mu.Lock()
+	feed.hold = hold
+	feed.mu.Unlock()
+	clock.Advance(2 * time.Hour)                                    // the schedule is due
+	waitApplied(t, g, feed.commit([]string{"t0@example.com"}, nil)) // its apply starts the rebuild, which waits
+	feed.setPaused(true)
+	feed.commit(nil, []string{"k@example.com"}) // not streamed yet, and not in the rebuild's copy
+	feed.commit([]string{"m@example.com"}, nil) // not streamed yet, and in the rebuild's copy
+	close(hold)
+	waitFor(t, func() bool { feed.mu.Lock(); defer feed.mu.Unlock(); return feed.rebuilds == 1 })
+	waitFor(t, func() bool { return g.Stats().Builds == 2 && g.Stats().State == bloomgate.StateReady })
+	feed.setPaused(false)
+	waitApplied(t, g, feed.commit(nil, nil))
+	live := append(keys("user", 100), "t0@example.com", "m@example.com")
+	checkNoFalseNegatives(t, g, live)
+	st := g.Stats()
+	if st.Filter.Items != uint64(len(live)) || st.Filter.RemoveMisses != 0 {
+		t.Fatalf("filter holds %d items for %d keys, %d removes of absent keys: transactions before the rebuild's point were applied again",
+			st.Filter.Items, len(live), st.Filter.RemoveMisses)
 	}
 }

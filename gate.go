@@ -75,10 +75,11 @@ func (s State) String() string {
 	return fmt.Sprintf("state(%d)", int32(s))
 }
 
-// Config configures a Gate. The zero value of every field but Source means
-// its default.
+// Config configures a Gate. The zero value of every field means its
+// default.
 type Config struct {
-	// Source streams the table's keys. Required.
+	// Source streams the table's keys. Required for Warm, Rebuild and Run;
+	// a gate that only follows a change feed (Follow) may leave it nil.
 	Source Source
 	// Capacity is the number of keys each built filter is sized for.
 	// Default: (1 + Headroom) × the source's estimate at build time (at
@@ -159,9 +160,6 @@ const (
 )
 
 func (c *Config) fill() error {
-	if c.Source == nil {
-		return fmt.Errorf("%w: Source is required", ErrInvalidConfig)
-	}
 	defaults.Set(&c.FPRate, DefaultFPRate)
 	defaults.Set(&c.Headroom, DefaultHeadroom)
 	defaults.Set(&c.MaxKeyLen, DefaultMaxKeyLen)
@@ -215,26 +213,45 @@ type view struct {
 	// followed: a change feed keeps f in step (Follow), so f answers only
 	// while the feed's lag was checked recently enough (Gate.freshUntil).
 	followed bool
+	// owner says whose reason a StateDegraded is: only the change feed's
+	// follower clears the ones it owns.
+	owner degradeOwner
 	// snapshotAt is when f's build installed it: rows committed later
 	// reached f through Add, rows deleted earlier may be missing from it.
 	snapshotAt time.Time
 	builtAt    time.Time
 }
 
+// degradeOwner says who made the gate fail open, and so who may end it.
+type degradeOwner uint8
+
+const (
+	// ownerNone: the gate itself or the application (Degrade); a build
+	// ends it.
+	ownerNone degradeOwner = iota
+	// ownerFeed: Follow, for the feed's lag or failure; Follow ends it once
+	// the feed is fresh again.
+	ownerFeed
+)
+
 // Gate answers "definitely absent" for keys its filter has never seen, and
 // sends everything else to the database.
 //
 // A Gate is safe for concurrent use. MayContain and Lookup never lock; Add,
 // Remove and the start and end of a build serialise on a mutex. Lock order:
-// buildMu, then mu.
+// buildMu, then the change feed follower's mutex (see follower), then mu.
 type Gate struct {
 	cfg  Config
 	view atomic.Pointer[view]
 	sf   singleflight.Group
 	m    *metrics
 	// freshUntil is when the applied feed position stops being within
-	// MaxLag of the feed's head, as last checked (monotonic, see monoNow).
+	// MaxLag of the feed's head, as last checked (see clock).
 	freshUntil atomic.Int64
+	// epoch anchors clock: Config.Now at New.
+	epoch time.Time
+	// feedErr is the error that last ended a run of Follow.
+	feedErr atomic.Pointer[feedFailure]
 
 	buildMu sync.Mutex // one build at a time
 
@@ -257,6 +274,7 @@ type Gate struct {
 	pendingUnapplied uint64
 	following        bool // a change feed applies deletes (Follow)
 	closed           bool
+	changed          chan struct{} // closed at the next view change (WaitReady), if not nil
 
 	auditCh   chan []byte   // sampled "absent" answers, nil without Config.Audit
 	auditStop chan struct{} // closed by Close
@@ -268,7 +286,7 @@ func New(cfg Config) (*Gate, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	g := &Gate{cfg: cfg, seed: rand.Uint64(), journal: newJournal(cfg.RebuildOverlap), m: &metrics{lookups: newLookupCounts()}}
+	g := &Gate{cfg: cfg, seed: rand.Uint64(), journal: newJournal(cfg.RebuildOverlap), m: &metrics{lookups: newLookupCounts()}, epoch: cfg.Now()}
 	g.view.Store(&view{state: StateWarming, reason: "not warmed yet"})
 	if cfg.Audit != nil {
 		g.auditCh, g.auditStop = make(chan []byte, 16), make(chan struct{})
@@ -299,8 +317,13 @@ func (v *view) authoritative() bool { return v.state == StateReady || v.state ==
 // a long GC or VM stall) thus fails open from its first lookup after
 // resuming, before its lag checker runs again.
 func (g *Gate) answers(v *view) bool {
-	return v.authoritative() && (!v.followed || monoNow() <= g.freshUntil.Load())
+	return v.authoritative() && (!v.followed || g.clock() <= g.freshUntil.Load())
 }
+
+// clock is Config.Now as nanoseconds since New: the one clock of the lag
+// check and of readers. With time.Now it is monotonic, so a process paused
+// past MaxLag finds itself stale on waking.
+func (g *Gate) clock() int64 { return int64(g.cfg.Now().Sub(g.epoch)) }
 
 // failOpen counts a lookup sent to the database because v cannot answer.
 func (g *Gate) failOpen(v *view, n uint64) {
@@ -489,9 +512,12 @@ func (g *Gate) Degrade(reason string) {
 }
 
 // setStateLocked publishes a new view with the same filter. g.mu is held.
-func (g *Gate) setStateLocked(s State, reason string) {
+func (g *Gate) setStateLocked(s State, reason string) { g.setOwnedStateLocked(s, ownerNone, reason) }
+
+// setOwnedStateLocked is setStateLocked for a state owned by owner.
+func (g *Gate) setOwnedStateLocked(s State, owner degradeOwner, reason string) {
 	nv := *g.view.Load()
-	nv.state, nv.reason = s, reason
+	nv.state, nv.owner, nv.reason = s, owner, reason
 	g.publishLocked(&nv)
 }
 
@@ -508,6 +534,10 @@ func (g *Gate) publishLocked(nv *view) {
 		nv.fast = nv.bloom
 	}
 	old := g.view.Swap(nv)
+	if g.changed != nil {
+		close(g.changed)
+		g.changed = nil
+	}
 	if old.state != nv.state {
 		g.cfg.Logger.Info("bloomgate: state change", "from", old.state, "to", nv.state, "reason", nv.reason)
 	}
@@ -564,6 +594,9 @@ type Stats struct {
 	FeedPosition uint64
 	FeedLag      time.Duration
 	Snapshots    uint64
+	// FeedErrors counts the feed failures that made Follow fail open and
+	// restart (bloomgate_feed_errors_total, summed over causes).
+	FeedErrors uint64
 	// AuditSamples counts "absent" answers the self-audit checked against
 	// the table (Config.Audit), AuditFalseNegatives those it found a row
 	// for: 0 of AuditSamples is the figure a dashboard shows.
@@ -585,6 +618,9 @@ func (g *Gate) Stats() Stats {
 	s.Builds = g.m.builds.Load()
 	s.FeedPosition, s.FeedLag, s.Snapshots = g.m.feedPosition.Load(), time.Duration(g.m.feedLag.Load()), g.m.snapshots.Load()
 	s.AuditSamples, s.AuditFalseNegatives = g.m.auditSamples.Load(), g.m.auditFalseNegatives.Load()
+	for i := range g.m.feedErrors {
+		s.FeedErrors += g.m.feedErrors[i].Load()
+	}
 	g.mu.Lock()
 	s.UnappliedRemoves = g.unapplied
 	s.JournalAdds = g.journal.n

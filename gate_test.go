@@ -102,7 +102,6 @@ func checkNoFalseNegatives(t *testing.T, g *bloomgate.Gate, ks []string) {
 
 func TestNewInvalid(t *testing.T) {
 	for name, cfg := range map[string]bloomgate.Config{
-		"no source":        {},
 		"fp rate 1":        {Source: newMemSource(), FPRate: 1},
 		"fp rate negative": {Source: newMemSource(), FPRate: -0.1},
 		"overfill < 1":     {Source: newMemSource(), OverfillFactor: 0.5},
@@ -111,6 +110,22 @@ func TestNewInvalid(t *testing.T) {
 		if _, err := bloomgate.New(cfg); !errors.Is(err, bloomgate.ErrInvalidConfig) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
 		}
+	}
+}
+
+// TestNoSourceWarmRunFail: a gate without a Source (one that only follows
+// a change feed) is valid, and Warm and Run say what is missing.
+func TestNoSourceWarmRunFail(t *testing.T) {
+	g, err := bloomgate.New(bloomgate.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.Warm(context.Background()); !errors.Is(err, bloomgate.ErrInvalidConfig) {
+		t.Errorf("Warm without a Source: %v, want ErrInvalidConfig", err)
+	}
+	if err := g.Run(context.Background()); !errors.Is(err, bloomgate.ErrInvalidConfig) {
+		t.Errorf("Run without a Source: %v, want ErrInvalidConfig", err)
 	}
 }
 

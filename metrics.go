@@ -22,6 +22,7 @@ type metrics struct {
 	feedPosition atomic.Uint64 // changefeed.Position applied (Follow)
 	feedLag      atomic.Int64  // time.Duration behind the feed (Follow)
 	snapshots    atomic.Uint64
+	feedErrors   [numCauses]atomic.Uint64 // runs of Follow ended by an error, by failCause
 
 	auditSamples, auditFalseNegatives atomic.Uint64
 
@@ -47,7 +48,7 @@ func (m *metrics) vecs() (*prometheus.HistogramVec, *prometheus.CounterVec) {
 		}, []string{"kind"})
 		m.buildsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bloomgate_builds_total",
-			Help: "Filter builds by kind (warm, rebuild) and result (ok, error).",
+			Help: "Filter builds by kind (warm, rebuild, bootstrap, snapshot) and result (ok, error).",
 		}, []string{"kind", "result"})
 	})
 	return m.buildSeconds, m.buildsTotal
@@ -86,6 +87,7 @@ var (
 	descFeedPosition = desc("feed_position", "Change-feed position applied (PostgreSQL: LSN), while following a feed.")
 	descFeedLag      = desc("feed_lag_seconds", "How far the applied position is behind the feed's head, while following a feed.")
 	descSnapshots    = desc("snapshots_total", "Snapshots written while following a feed.")
+	descFeedErrors   = desc("feed_errors_total", "Change-feed failures that made Follow fail open and restart, by cause (setup, timeout, rebuild, other).", "cause")
 	descAuditSamples = desc("audit_samples_total", "'Absent' answers the self-audit checked against the table.")
 	descAuditFN      = desc("audit_false_negatives_total", "Audited 'absent' answers whose row the table held: false negatives.")
 )
@@ -108,7 +110,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLookups, descAbsent, descFailOpen, descFetches, descEmpty, descAdds,
 		descRemoves, descRemoveMisses, descObservedFP, descEstimatedFP, descConfiguredFP, descItems, descDistinct,
 		descFill, descBytes, descCapacity, descState, descUnapplied, descJournal, descFeedPosition, descFeedLag,
-		descSnapshots, descAuditSamples, descAuditFN} {
+		descSnapshots, descFeedErrors, descAuditSamples, descAuditFN} {
 		ch <- d
 	}
 	seconds, total := c.m.vecs()
@@ -151,6 +153,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descFeedPosition, float64(s.FeedPosition))
 	gauge(descFeedLag, s.FeedLag.Seconds())
 	counter(descSnapshots, s.Snapshots)
+	for c := range m.feedErrors {
+		counter(descFeedErrors, m.feedErrors[c].Load(), failCause(c).String())
+	}
 	counter(descAuditSamples, s.AuditSamples)
 	counter(descAuditFN, s.AuditFalseNegatives)
 	for st := StateWarming; st <= StateDegraded; st++ {

@@ -1,10 +1,6 @@
 package bloomgate
 
-import (
-	"time"
-
-	"github.com/bloomgate/bloomgate/changefeed"
-)
+import "github.com/bloomgate/bloomgate/changefeed"
 
 // Position returns the change-feed position whose transactions the gate's
 // filter reflects (Follow): every transaction with End at or below it has
@@ -22,15 +18,9 @@ func (g *Gate) Position() changefeed.Position {
 // Follow stopped); otherwise it answers as MayContain. pos 0 only applies
 // the second condition.
 func (g *Gate) MayContainAt(key []byte, pos changefeed.Position) bool {
-	if g.Position() < pos || monoNow() > g.freshUntil.Load() {
+	if g.Position() < pos || g.clock() > g.freshUntil.Load() {
 		g.failOpen(g.view.Load(), 1)
 		return true
 	}
 	return g.MayContain(key)
 }
-
-// monoBase anchors monoNow.
-var monoBase = time.Now()
-
-// monoNow is a monotonic clock reading in nanoseconds.
-func monoNow() int64 { return int64(time.Since(monoBase)) }

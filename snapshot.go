@@ -1,7 +1,6 @@
 package bloomgate
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -33,15 +32,18 @@ var (
 
 // A snapshot is a filter and the change-feed position it reflects:
 //
-//	magic "BGSNAP" | version u16 | position u64 | identity length u16 |
-//	identity | the filter in package filter's format | CRC-32C (Castagnoli)
-//	of all the bytes before it, u32
+//	magic "BGSNAP" | version u16 (2) | position u64 | identity length u16 |
+//	identity | CRC-32C (Castagnoli) of the header bytes before it, u32 |
+//	the filter in package filter's format, whose frame ends with the
+//	CRC-32C of its own bytes
 //
-// Integers are little-endian. The filter's own frame carries its own
-// checksum too.
+// Integers are little-endian. Every byte is checksummed once, so a start
+// from a snapshot reads the table straight into the filter with one
+// checksum pass. Version 1, still read, had no header checksum and instead a
+// trailing CRC-32C of all the bytes before it, the filter included.
 const (
 	snapshotMagic       = "BGSNAP"
-	snapshotVersion     = 1
+	snapshotVersion     = 2
 	maxSnapshotIdentity = 4096
 )
 
@@ -54,20 +56,16 @@ func writeSnapshot(w io.Writer, identity string, pos changefeed.Position, f Filt
 	if len(identity) > maxSnapshotIdentity {
 		return fmt.Errorf("bloomgate: snapshot: identity longer than %d bytes", maxSnapshotIdentity)
 	}
-	crc := crc32c.New()
-	mw := io.MultiWriter(w, crc)
 	hdr := append([]byte(snapshotMagic), 0, 0)
 	binary.LittleEndian.PutUint16(hdr[len(snapshotMagic):], snapshotVersion)
 	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(pos))
 	hdr = binary.LittleEndian.AppendUint16(hdr, uint16(len(identity)))
 	hdr = append(hdr, identity...)
-	if _, err := mw.Write(hdr); err != nil {
+	hdr = binary.LittleEndian.AppendUint32(hdr, crc32c.Checksum(hdr))
+	if _, err := w.Write(hdr); err != nil {
 		return err
 	}
-	if _, err := enc.WriteTo(mw); err != nil {
-		return err
-	}
-	_, err := w.Write(binary.LittleEndian.AppendUint32(nil, crc.Sum32()))
+	_, err := enc.WriteTo(w)
 	return err
 }
 
@@ -85,8 +83,9 @@ func readSnapshot(r io.Reader, identity string, maxBytes uint64) (Filter, change
 		return nil, 0, fmt.Errorf("%w: not a snapshot (bad magic)", ErrSnapshotCorrupt)
 	}
 	p := hdr[len(snapshotMagic):]
-	if v := binary.LittleEndian.Uint16(p); v != snapshotVersion {
-		return nil, 0, fmt.Errorf("%w: version %d, this build reads %d", ErrSnapshotMismatch, v, snapshotVersion)
+	version := binary.LittleEndian.Uint16(p)
+	if version != 1 && version != snapshotVersion {
+		return nil, 0, fmt.Errorf("%w: version %d, this build reads 1 and %d", ErrSnapshotMismatch, version, snapshotVersion)
 	}
 	pos := changefeed.Position(binary.LittleEndian.Uint64(p[2:]))
 	n := binary.LittleEndian.Uint16(p[10:])
@@ -97,8 +96,25 @@ func readSnapshot(r io.Reader, identity string, maxBytes uint64) (Filter, change
 	if _, err := io.ReadFull(tr, id); err != nil {
 		return nil, 0, fmt.Errorf("%w: identity: %v", ErrSnapshotCorrupt, err)
 	}
+	if version == snapshotVersion {
+		var sum [4]byte
+		if _, err := io.ReadFull(r, sum[:]); err != nil {
+			return nil, 0, fmt.Errorf("%w: header checksum: %v", ErrSnapshotCorrupt, err)
+		}
+		if binary.LittleEndian.Uint32(sum[:]) != tr.Sum32() {
+			return nil, 0, fmt.Errorf("%w: header checksum mismatch", ErrSnapshotCorrupt)
+		}
+	}
 	if string(id) != identity {
 		return nil, 0, fmt.Errorf("%w: snapshot of %q, want %q", ErrSnapshotMismatch, id, identity)
+	}
+	if version == snapshotVersion {
+		// The filter's frame checksums itself: read it straight from r.
+		decoded, err := filter.Decode(r, filter.DecodeConfig{MaxBytes: maxBytes})
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: filter: %w", ErrSnapshotCorrupt, err)
+		}
+		return asGateFilter(decoded, pos)
 	}
 	decoded, err := filter.Decode(tr, filter.DecodeConfig{MaxBytes: maxBytes})
 	if err != nil {
@@ -112,6 +128,10 @@ func readSnapshot(r io.Reader, identity string, maxBytes uint64) (Filter, change
 	if binary.LittleEndian.Uint32(trailer[:]) != sum {
 		return nil, 0, fmt.Errorf("%w: checksum mismatch", ErrSnapshotCorrupt)
 	}
+	return asGateFilter(decoded, pos)
+}
+
+func asGateFilter(decoded filter.Filter, pos changefeed.Position) (Filter, changefeed.Position, error) {
 	f, ok := decoded.(Filter)
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: a %T cannot be a gate's filter", ErrSnapshotMismatch, decoded)
@@ -219,7 +239,9 @@ func (d *DirStore) Load(ctx context.Context, try func(r io.Reader) error) error 
 		if fi, serr := f.Stat(); serr == nil {
 			size = fi.Size()
 		}
-		err = try(&lenReader{r: bufio.NewReaderSize(f, 1<<16), left: size})
+		// No buffer: the table is read straight into the filter's memory;
+		// the few small header reads cost a system call each.
+		err = try(&lenReader{r: f, left: size})
 		f.Close()
 		if err == nil {
 			return nil

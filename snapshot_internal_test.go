@@ -94,3 +94,22 @@ func FuzzReadSnapshot(f *testing.F) {
 		}
 	})
 }
+
+// TestSnapshotV1Readable: snapshots written in version 1 (a trailing
+// checksum over every byte) still load after the format moved to a header
+// checksum and the filter's own.
+func TestSnapshotV1Readable(t *testing.T) {
+	old, err := os.ReadFile(filepath.Join("testdata", "snapshot_v1.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, pos, err := readSnapshot(bytes.NewReader(old), "users.email", 0)
+	if err != nil || pos != 0x16_B374D848 || !f.MayContainHash(filter.HashString("alice@example.com", 42)) {
+		t.Fatalf("version 1 snapshot: pos %v, err %v", pos, err)
+	}
+	b := bytes.Clone(old)
+	b[len(b)-1] ^= 1
+	if _, _, err := readSnapshot(bytes.NewReader(b), "users.email", 0); !errors.Is(err, ErrSnapshotCorrupt) {
+		t.Fatalf("damaged version 1 snapshot: %v", err)
+	}
+}

@@ -29,6 +29,17 @@ func (p Position) String() string { return fmt.Sprintf("%X/%X", uint32(p>>32), u
 // it): the consumer must bootstrap again.
 var ErrRebuild = errors.New("changefeed: position unusable, bootstrap again")
 
+// ErrSetup is wrapped by a feed's errors that retrying cannot heal: the
+// source is not set up for the feed (a permission, the publication, the
+// table or its key column is missing, or logical decoding is off). An
+// operator must fix it; the error says what.
+var ErrSetup = errors.New("changefeed: source not set up for the feed")
+
+// ErrTimeout is wrapped by a feed's errors when the source did not answer
+// within the feed's timeout (a server that accepts connections and never
+// replies, a network that drops packets). Retrying may heal it.
+var ErrTimeout = errors.New("changefeed: no answer from the source in time")
+
 // ErrBadPosition reports text that is not a Position.
 var ErrBadPosition = errors.New("changefeed: bad position")
 

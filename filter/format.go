@@ -260,6 +260,7 @@ func (fr *frameReader) words(n uint64) ([]uint64, error) {
 		size = n
 	}
 	ws := make([]uint64, size)
+	adviseHuge(ws, false) // before the first write faults the table in: huge pages at once
 	for done := uint64(0); done < n; {
 		if done == uint64(len(ws)) {
 			ws = append(ws, make([]uint64, min(uint64(len(ws)), n-done))...)

@@ -45,11 +45,15 @@ func feedFlags(fs *flag.FlagSet) func() (postgres.FeedConfig, error) {
 	column := fs.String("column", "", "key column (required)")
 	slot := fs.String("slot", "", "replication slot name (default bloomgate_<table>_<column>)")
 	pub := fs.String("publication", "", "publication name (default: the slot name)")
+	timeout := fs.Duration("timeout", postgres.DefaultTimeout, "bound on each connection attempt and query")
 	return func() (postgres.FeedConfig, error) {
 		if *url == "" || *table == "" || *column == "" {
 			return postgres.FeedConfig{}, errors.New("-postgres, -table and -column are required")
 		}
-		return postgres.FeedConfig{ConnString: *url, Table: *table, Column: *column, Slot: *slot, Publication: *pub}, nil
+		if *timeout <= 0 {
+			return postgres.FeedConfig{}, errors.New("-timeout must be positive")
+		}
+		return postgres.FeedConfig{ConnString: *url, Table: *table, Column: *column, Slot: *slot, Publication: *pub, Timeout: *timeout}, nil
 	}
 }
 
@@ -58,17 +62,23 @@ func runFeedSetup(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	config := feedFlags(fs)
 	role := fs.String("role", "bloomgate", "role the feed connects as (empty: no role statements)")
 	run := fs.Bool("run", false, "run the statements instead of only printing them")
+	identity := fs.String("identity", "", "replica identity for a table that has no usable one: full, index, index=NAME or inserts (default: leave it, and refuse if the application's UPDATE/DELETE would break)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bloomgate feed setup -postgres URL -table T -column C [-role R] [-run]\n\n"+
+		fmt.Fprintln(stderr, "usage: bloomgate feed setup -postgres URL -table T -column C [-role R] [-identity I] [-run]\n\n"+
 			"Prints the SQL that lets bloomgate follow a table through logical replication: a publication\n"+
 			"(no row filter), a role with REPLICATION and SELECT, and replica identity advice. Checks\n"+
-			"wal_level and exits 1 when it is not logical.")
+			"wal_level and exits 1 when it is not logical. A table without a primary key needs a choice\n"+
+			"(-identity): setup never makes PostgreSQL refuse the application's UPDATE or DELETE.")
 		fs.PrintDefaults()
 	}
 	if code := parseFlags(fs, args, stderr); code >= 0 {
 		return code
 	}
+	var opts postgres.SetupOptions
 	cfg, err := config()
+	if err == nil {
+		opts.Identity, opts.Index, err = parseIdentity(*identity)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "bloomgate feed setup: %v\n", err)
 		fs.Usage()
@@ -80,7 +90,8 @@ func runFeedSetup(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return exitUsage
 	}
 	defer f.Close()
-	plan, err := f.Setup(ctx, *role)
+	opts.Role = *role
+	plan, err := f.Setup(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "bloomgate feed setup: %v\n", err)
 		return exitError
@@ -162,4 +173,20 @@ func runFeedStatus(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return exitError
 	}
 	return exitOK
+}
+
+// parseIdentity reads the -identity flag.
+func parseIdentity(s string) (postgres.Identity, string, error) {
+	name, index, _ := strings.Cut(s, "=")
+	switch {
+	case s == "":
+		return postgres.IdentityUnchanged, "", nil
+	case s == "full":
+		return postgres.IdentityFull, "", nil
+	case s == "inserts":
+		return postgres.IdentityInsertsOnly, "", nil
+	case name == "index":
+		return postgres.IdentityIndex, index, nil
+	}
+	return 0, "", fmt.Errorf("-identity %q: want full, index, index=NAME or inserts", s)
 }

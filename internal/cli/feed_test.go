@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/postgres"
@@ -101,5 +103,31 @@ func TestWALLevelMessage(t *testing.T) {
 	}
 	if err := (postgres.SetupPlan{WALLevel: "logical"}).CheckWALLevel(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFeedStatusTimeout: `feed status` against a server that accepts and
+// never answers exits 1 with a timeout error within about its -timeout, not
+// after minutes.
+func TestFeedStatusTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	url := "postgres://postgres@" + ln.Addr().String() + "/postgres?sslmode=disable"
+	start := time.Now()
+	code, _, errOut := run("feed", "status", "-postgres", url, "-table", "public.users", "-column", "email", "-timeout", "300ms")
+	if took := time.Since(start); code != 1 || !strings.Contains(errOut, "no answer") || took > 10*time.Second {
+		t.Fatalf("exit %d after %v: %s", code, took, errOut)
 	}
 }

@@ -153,13 +153,13 @@ func (d dbHead) Head(ctx context.Context) (changefeed.Position, error) { return 
 // publication covers the table.
 func openFeed(ctx context.Context, d setDecl, timeout time.Duration, log *slog.Logger) (*postgres.Feed, error) {
 	feed, err := postgres.NewFeed(postgres.FeedConfig{ConnString: d.Postgres, Table: d.Table, Column: d.Column,
-		Slot: d.Slot, Publication: d.Publication, MaxLag: d.MaxLag, Logger: log})
+		Slot: d.Slot, Publication: d.Publication, Timeout: timeout, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("set %q: postgres: %w", d.Name, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	plan, err := feed.Setup(cctx, "")
+	plan, err := feed.Setup(cctx, postgres.SetupOptions{})
 	if err != nil {
 		feed.Close()
 		return nil, fmt.Errorf("set %q: postgres: %w", d.Name, timeoutHint(err, cctx, timeout))

@@ -19,40 +19,9 @@ var ErrProtocol = errors.New("postgres: unexpected logical replication message")
 
 // ErrKeyColumn reports that the table's relation, as the server describes it
 // in the stream, has no column with the configured key name (it was dropped
-// or renamed). The consumer must rebuild once the configuration is fixed.
-var ErrKeyColumn = errors.New("postgres: key column missing from the replicated table")
-
-// The feed's vocabulary is package changefeed's, so that consumers can
-// define the interface they need without importing this package.
-type (
-	// Position is a WAL position (an LSN).
-	Position = changefeed.Position
-	// Txn is one committed transaction of the table, or a progress marker.
-	// Its Commit is the transaction's CommitLSN, its End the
-	// TransactionEndLSN, which Confirm acknowledges.
-	Txn = changefeed.Txn
-	// Change is one effect of a Txn. Keys are the column's text form, the
-	// same bytes Source.Scan and Bootstrap deliver for that value.
-	Change = changefeed.Change
-	// ChangeKind says what a Change does to the set of keys.
-	ChangeKind = changefeed.Kind
-)
-
-// The kinds of Change.
-const (
-	// Insert: a row with the key appeared.
-	Insert = changefeed.Insert
-	// Delete: a row with the key disappeared, old key known (the replica
-	// identity covers the key column: REPLICA IDENTITY USING INDEX on its
-	// unique index, or FULL, or the key is the primary key).
-	Delete = changefeed.Delete
-	// UnknownDelete: a DELETE or UPDATE whose old key the server did not
-	// send. Under the default replica identity every UPDATE reports one,
-	// even one that did not touch the key: the feed cannot tell.
-	UnknownDelete = changefeed.UnknownDelete
-	// Truncate: TRUNCATE of the table.
-	Truncate = changefeed.Truncate
-)
+// or renamed). The consumer must rebuild once the configuration is fixed. It
+// wraps changefeed.ErrSetup.
+var ErrKeyColumn = fmt.Errorf("%w: key column missing from the replicated table", changefeed.ErrSetup)
 
 // relation is what the decoder knows about one relation of the stream.
 type relation struct {
@@ -69,7 +38,7 @@ type decoder struct {
 	column string
 	rels   map[uint32]relation
 	inTxn  bool
-	txn    Txn
+	txn    changefeed.Txn
 }
 
 func newDecoder(relID uint32, column string) *decoder {
@@ -152,7 +121,7 @@ func skipTuple(b []byte) ([]byte, bool) {
 
 // message decodes one pgoutput message. It returns the finished transaction
 // on a Commit, nil otherwise.
-func (d *decoder) message(data []byte) (*Txn, error) {
+func (d *decoder) message(data []byte) (*changefeed.Txn, error) {
 	m, err := parse(data)
 	if err != nil {
 		return nil, err
@@ -163,7 +132,7 @@ func (d *decoder) message(data []byte) (*Txn, error) {
 			return nil, fmt.Errorf("%w: Begin inside a transaction", ErrProtocol)
 		}
 		d.inTxn = true
-		d.txn = Txn{}
+		d.txn = changefeed.Txn{}
 		return nil, nil
 	case *pglogrepl.CommitMessage:
 		if !d.inTxn {
@@ -174,8 +143,8 @@ func (d *decoder) message(data []byte) (*Txn, error) {
 		}
 		d.inTxn = false
 		t := d.txn
-		t.Commit, t.End, t.Time = Position(m.CommitLSN), Position(m.TransactionEndLSN), m.CommitTime
-		d.txn = Txn{}
+		t.Commit, t.End, t.Time = changefeed.Position(m.CommitLSN), changefeed.Position(m.TransactionEndLSN), m.CommitTime
+		d.txn = changefeed.Txn{}
 		return &t, nil
 	case *pglogrepl.RelationMessage:
 		return nil, d.relation(m)
@@ -203,7 +172,7 @@ func (d *decoder) message(data []byte) (*Txn, error) {
 		}
 		for _, id := range m.RelationIDs {
 			if id == d.relID {
-				d.txn.Changes = append(d.txn.Changes, Change{Kind: Truncate})
+				d.txn.Changes = append(d.txn.Changes, changefeed.Change{Kind: changefeed.Truncate})
 				break
 			}
 		}
@@ -280,8 +249,8 @@ func oldKey(rel relation, kind uint8, t *pglogrepl.TupleData) (int, []byte, erro
 	return st, k, nil
 }
 
-func (d *decoder) add(kind ChangeKind, k []byte) {
-	d.txn.Changes = append(d.txn.Changes, Change{Kind: kind, Key: k})
+func (d *decoder) add(kind changefeed.Kind, k []byte) {
+	d.txn.Changes = append(d.txn.Changes, changefeed.Change{Kind: kind, Key: k})
 }
 
 func (d *decoder) insert(rel relation, t *pglogrepl.TupleData) error {
@@ -291,7 +260,7 @@ func (d *decoder) insert(rel relation, t *pglogrepl.TupleData) error {
 	}
 	switch st {
 	case colValue:
-		d.add(Insert, k)
+		d.add(changefeed.Insert, k)
 	case colUnknown:
 		return fmt.Errorf("%w: inserted row without its key", ErrProtocol)
 	}
@@ -329,12 +298,12 @@ func (d *decoder) update(rel relation, m *pglogrepl.UpdateMessage) error {
 	}
 	switch oldSt {
 	case colValue:
-		d.add(Delete, old)
+		d.add(changefeed.Delete, old)
 	case colUnknown:
-		d.add(UnknownDelete, nil)
+		d.add(changefeed.UnknownDelete, nil)
 	}
 	if newSt == colValue {
-		d.add(Insert, newKey)
+		d.add(changefeed.Insert, newKey)
 	}
 	return nil
 }
@@ -346,9 +315,9 @@ func (d *decoder) remove(rel relation, m *pglogrepl.DeleteMessage) error {
 	}
 	switch st {
 	case colValue:
-		d.add(Delete, k)
+		d.add(changefeed.Delete, k)
 	case colUnknown:
-		d.add(UnknownDelete, nil)
+		d.add(changefeed.UnknownDelete, nil)
 	}
 	return nil
 }

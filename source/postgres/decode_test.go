@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/bloomgate/bloomgate/changefeed"
 )
 
 // pgoutput protocol 1 messages, encoded as the server sends them
@@ -108,7 +110,7 @@ var (
 
 const ours, other = 16384, 99
 
-func formatTxn(t *Txn) string {
+func formatTxn(t *changefeed.Txn) string {
 	var s []string
 	for _, c := range t.Changes {
 		if c.Key != nil {
@@ -237,11 +239,11 @@ func FuzzDecoder(f *testing.F) {
 			}
 			for _, c := range tx.Changes {
 				switch c.Kind {
-				case Insert, Delete:
+				case changefeed.Insert, changefeed.Delete:
 					if c.Key == nil {
 						t.Fatalf("%v without a key", c.Kind)
 					}
-				case UnknownDelete, Truncate:
+				case changefeed.UnknownDelete, changefeed.Truncate:
 					if c.Key != nil {
 						t.Fatalf("%v with a key", c.Kind)
 					}

@@ -24,19 +24,14 @@ import (
 )
 
 var (
-	// ErrRebuild is wrapped by every error that means the consumer's position
-	// can no longer be continued from: it must Bootstrap again (ErrSlotLost,
-	// ErrStalePosition).
-	// It is changefeed.ErrRebuild, so consumers need not import this package.
-	ErrRebuild = changefeed.ErrRebuild
 	// ErrSlotLost: the replication slot is missing or was invalidated
 	// (pg_replication_slots.wal_status = 'lost', e.g. past
 	// max_slot_wal_keep_size). The changes it held are gone.
-	ErrSlotLost = fmt.Errorf("%w: replication slot lost", ErrRebuild)
+	ErrSlotLost = fmt.Errorf("%w: replication slot lost", changefeed.ErrRebuild)
 	// ErrStalePosition: the slot has already confirmed a position beyond
 	// the one the consumer wants to resume from. PostgreSQL would silently
 	// skip the changes in between, so the consumer's state is unusable.
-	ErrStalePosition = fmt.Errorf("%w: position older than the slot's confirmed_flush_lsn", ErrRebuild)
+	ErrStalePosition = fmt.Errorf("%w: position older than the slot's confirmed_flush_lsn", changefeed.ErrRebuild)
 	// ErrNotDelivered: Confirm was given a position the running Stream has
 	// not delivered.
 	ErrNotDelivered = errors.New("postgres: position not delivered yet")
@@ -44,8 +39,9 @@ var (
 	// runs.
 	ErrStreaming = errors.New("postgres: feed is already streaming")
 	// ErrNoPublication: the publication does not exist or does not include
-	// the table. `bloomgate feed setup` prints the SQL that creates it.
-	ErrNoPublication = errors.New("postgres: publication missing or not covering the table")
+	// the table. `bloomgate feed setup` prints the SQL that creates it. It
+	// wraps changefeed.ErrSetup.
+	ErrNoPublication = fmt.Errorf("%w: publication missing or not covering the table", changefeed.ErrSetup)
 	// ErrClosed: the Feed was closed.
 	ErrClosed = errors.New("postgres: feed closed")
 )
@@ -58,12 +54,16 @@ type FeedConfig struct {
 	// connections; the role needs the REPLICATION attribute and SELECT on
 	// Table.
 	ConnString string
-	// Table (optionally schema-qualified) and Column name the keys. Both
-	// required.
+	// Table and Column name the keys. Both required. Table is read as SQL
+	// reads a name: optionally schema-qualified, unquoted parts folded to lower
+	// case, double-quoted parts kept as written ("public.users", `app."Users"`);
+	// an unqualified name is found on the role's search_path. Column is the
+	// column's name as written.
 	Table, Column string
 	// Slot is the name of the permanent logical replication slot (lower-case
-	// letters, digits, underscores, at most 63). Default: DefaultName(Table,
-	// Column).
+	// letters, digits, underscores, at most 63). Default: DefaultName of the
+	// table as the server resolves it, schema-qualified, and Column: "users"
+	// and "public.users" name the same slot, bloomgate_public_users_email.
 	Slot string
 	// Publication is the publication to read, created by a DBA (see Setup);
 	// same character rules as Slot. Default: the slot name.
@@ -72,9 +72,14 @@ type FeedConfig struct {
 	// (asking the server for a reply, which refreshes Health().CaughtUp).
 	// Default 1s.
 	StatusInterval time.Duration
-	// MaxLag is the Lag beyond which Health reports Degraded, so the consumer
-	// fails open. Default 10s.
-	MaxLag time.Duration
+	// Timeout bounds every connection attempt and every query the feed
+	// makes (connect, slot status, WAL head, publication check), and the
+	// silence of a replication connection: the feed asks the server for a
+	// reply every StatusInterval, and one that sends nothing for Timeout is
+	// dropped and reconnected. Errors wrap changefeed.ErrTimeout. It does not
+	// bound the COPY of Bootstrap and Rebuild, nor slot creation, which waits
+	// for the transactions running on the server. Default 10s.
+	Timeout time.Duration
 	// MaxBackoff caps the wait between reconnection attempts, which starts
 	// at 100 ms and doubles. Default 10s.
 	MaxBackoff time.Duration
@@ -82,7 +87,7 @@ type FeedConfig struct {
 	Logger *slog.Logger
 }
 
-func parseLSN(s string) (Position, error) {
+func parseLSN(s string) (changefeed.Position, error) {
 	p, err := changefeed.ParsePosition(s)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: %w", err)
@@ -90,9 +95,13 @@ func parseLSN(s string) (Position, error) {
 	return p, nil
 }
 
+// DefaultTimeout is FeedConfig.Timeout's default.
+const DefaultTimeout = 10 * time.Second
+
 // DefaultName is the default slot and publication name for a table and
 // column: "bloomgate_" followed by them, lower-cased, with every other
-// character an underscore, cut to 63 bytes.
+// character an underscore, cut to 63 bytes. The feed passes the table's
+// schema-qualified name as the server resolves it ("public.users").
 func DefaultName(table, column string) string {
 	var b strings.Builder
 	b.WriteString("bloomgate_")
@@ -123,20 +132,18 @@ func (c FeedConfig) withDefaults() (FeedConfig, error) {
 	if c.ConnString == "" || c.Table == "" || c.Column == "" {
 		return c, errors.New("postgres: FeedConfig needs ConnString, Table and Column")
 	}
-	if c.Slot == "" {
-		c.Slot = DefaultName(c.Table, c.Column)
+	pub := c.Publication
+	if pub == "" {
+		pub = c.Slot
 	}
-	if c.Publication == "" {
-		c.Publication = c.Slot
-	}
-	if !validName(c.Slot) || !validName(c.Publication) {
+	if c.Slot != "" && !validName(c.Slot) || pub != "" && !validName(pub) {
 		return c, fmt.Errorf("postgres: slot %q / publication %q: use 1-63 of a-z, 0-9, _", c.Slot, c.Publication)
 	}
 	if c.StatusInterval <= 0 {
 		c.StatusInterval = time.Second
 	}
-	if c.MaxLag <= 0 {
-		c.MaxLag = 10 * time.Second
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
 	}
 	if c.MaxBackoff <= 0 {
 		c.MaxBackoff = 10 * time.Second
@@ -148,7 +155,12 @@ func (c FeedConfig) withDefaults() (FeedConfig, error) {
 }
 
 // Feed follows one table's key column through logical replication
-// (pgoutput, protocol 1, whole committed transactions only).
+// (pgoutput, protocol 1, whole committed transactions only), in package
+// changefeed's terms: a Txn's Commit is the transaction's CommitLSN, its End
+// the TransactionEndLSN, which Confirm acknowledges; a Change's Key is the
+// column's text form, the same bytes Bootstrap and Source.Scan deliver.
+// Under the default replica identity every UPDATE reports an UnknownDelete,
+// even one that did not touch the key: the feed cannot tell.
 //
 // The life of a consumer:
 //
@@ -162,31 +174,30 @@ func (c FeedConfig) withDefaults() (FeedConfig, error) {
 //     with End <= durablePosition are not delivered again; those after it
 //     are, including ones a previous run delivered but whose position was
 //     never made durable — they come back with the same End and Changes.
-//  4. Errors matching ErrRebuild mean: go back to 1.
+//  4. Errors matching changefeed.ErrRebuild mean: go back to 1.
 //
 // Rebuild is designed to run while Stream continues; Stream itself runs once
 // at a time per Feed (ErrStreaming), and a slot admits one reader across
-// processes. Confirm, Health, SlotStatus and RetainedWAL are safe for
+// processes. Confirm, Health and SlotStatus are safe for
 // concurrent use with everything.
 type Feed struct {
-	cfg   FeedConfig
-	table string // sanitized identifier
-	copy  string // COPY statement
-	pool  *pgxpool.Pool
-	repl  *pgconn.Config
+	cfg  FeedConfig
+	pool *pgxpool.Pool
+	repl *pgconn.Config
 
 	streaming atomic.Bool
 	closed    atomic.Bool
+	res       atomic.Pointer[resolved] // the table, once resolved
 
-	mu         sync.Mutex // guards the fields below
-	delivered  Position   // End of the last Txn handed to apply
-	acked      Position   // highest position confirmed by the consumer
+	mu         sync.Mutex          // guards the fields below
+	delivered  changefeed.Position // End of the last Txn handed to apply
+	acked      changefeed.Position // highest position confirmed by the consumer
 	wake       context.CancelFunc
 	connected  bool
 	started    time.Time
-	target     Position  // the server's WAL end when this connection started
-	caughtUp   time.Time // per connection
-	lastCaught time.Time // per Stream, for Lag
+	target     changefeed.Position // the server's WAL end when this connection started
+	caughtUp   time.Time           // per connection
+	lastCaught time.Time           // per Stream, for Lag
 	lastErr    error
 	reconnect  int64
 }
@@ -206,25 +217,44 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 		return nil, fmt.Errorf("postgres: feed: %w", err)
 	}
 	rcfg.RuntimeParams["replication"] = "database"
+	if rcfg.ConnectTimeout == 0 || rcfg.ConnectTimeout > cfg.Timeout {
+		rcfg.ConnectTimeout = cfg.Timeout
+	}
+	if pcfg.ConnConfig.ConnectTimeout == 0 || pcfg.ConnConfig.ConnectTimeout > cfg.Timeout {
+		pcfg.ConnConfig.ConnectTimeout = cfg.Timeout
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: feed: %w", err)
 	}
-	table := pgx.Identifier(splitQualified(cfg.Table)).Sanitize()
 	return &Feed{
-		cfg:   cfg,
-		table: table,
-		copy:  "COPY (SELECT " + pgx.Identifier{cfg.Column}.Sanitize() + " FROM " + table + ") TO STDOUT",
-		pool:  pool,
-		repl:  rcfg,
+		cfg:  cfg,
+		pool: pool,
+		repl: rcfg,
 	}, nil
 }
 
-// Slot returns the slot name in use (after defaults).
-func (f *Feed) Slot() string { return f.cfg.Slot }
+// Slot returns the slot name in use: FeedConfig.Slot, or the default
+// derived from the table as the server resolved it. It is "" while the
+// default is unknown: the feed has not yet talked to the server (Setup,
+// SlotStatus, Bootstrap or Stream).
+func (f *Feed) Slot() string {
+	if r := f.res.Load(); r != nil {
+		return r.slot
+	}
+	return f.cfg.Slot
+}
 
-// Publication returns the publication name in use (after defaults).
-func (f *Feed) Publication() string { return f.cfg.Publication }
+// Publication returns the publication name in use, as Slot does.
+func (f *Feed) Publication() string {
+	if r := f.res.Load(); r != nil {
+		return r.pub
+	}
+	if f.cfg.Publication != "" {
+		return f.cfg.Publication
+	}
+	return f.cfg.Slot
+}
 
 // Close releases the feed's connections. It does not drop the slot (see
 // DropSlot). Close is idempotent; a running Stream should be cancelled first.
@@ -239,9 +269,11 @@ func (f *Feed) connectRepl(ctx context.Context) (*pgconn.PgConn, error) {
 	if f.closed.Load() {
 		return nil, ErrClosed
 	}
-	conn, err := pgconn.ConnectConfig(ctx, f.repl)
+	cctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
+	defer cancel()
+	conn, err := pgconn.ConnectConfig(cctx, f.repl)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: replication connection: %w", err)
+		return nil, f.wrap(ctx, cctx, "replication connection", err)
 	}
 	return conn, nil
 }
@@ -258,8 +290,8 @@ type SlotStatus struct {
 	Active bool // a walsender is streaming from it
 	// WALStatus: reserved, extended, unreserved or lost.
 	WALStatus      string
-	ConfirmedFlush Position // confirmed_flush_lsn
-	RestartLSN     Position // 0 once the slot is lost
+	ConfirmedFlush changefeed.Position // confirmed_flush_lsn
+	RestartLSN     changefeed.Position // 0 once the slot is lost
 	// RetainedBytes is the WAL the slot holds back: pg_current_wal_lsn()
 	// minus restart_lsn (0 when lost). Export it as a gauge; a slot nobody
 	// reads grows it without bound unless max_slot_wal_keep_size is set.
@@ -272,8 +304,9 @@ type SlotStatus struct {
 // SlotStatus reads the slot's row in pg_replication_slots. Exists is false
 // (and the error nil) when there is no such slot.
 func (f *Feed) SlotStatus(ctx context.Context) (SlotStatus, error) {
-	if f.closed.Load() {
-		return SlotStatus{}, ErrClosed
+	r, err := f.names(ctx)
+	if err != nil {
+		return SlotStatus{}, err
 	}
 	var (
 		s                SlotStatus
@@ -281,15 +314,15 @@ func (f *Feed) SlotStatus(ctx context.Context) (SlotStatus, error) {
 		confirmed, rlsn  *string
 		retained, safeSz *int64
 	)
-	err := f.pool.QueryRow(ctx, `SELECT active, wal_status, confirmed_flush_lsn::text, restart_lsn::text,
+	err = f.queryRow(ctx, "slot status", `SELECT active, wal_status, confirmed_flush_lsn::text, restart_lsn::text,
 		pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, safe_wal_size
-		FROM pg_replication_slots WHERE slot_name = $1`, f.cfg.Slot).
-		Scan(&s.Active, &walStatus, &confirmed, &rlsn, &retained, &safeSz)
+		FROM pg_replication_slots WHERE slot_name = $1`, []any{r.slot},
+		&s.Active, &walStatus, &confirmed, &rlsn, &retained, &safeSz)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return SlotStatus{}, nil
 	}
 	if err != nil {
-		return SlotStatus{}, fmt.Errorf("postgres: slot status: %w", err)
+		return SlotStatus{}, err
 	}
 	s.Exists = true
 	if walStatus != nil {
@@ -297,7 +330,7 @@ func (f *Feed) SlotStatus(ctx context.Context) (SlotStatus, error) {
 	}
 	for _, p := range []struct {
 		s   *string
-		dst *Position
+		dst *changefeed.Position
 	}{{confirmed, &s.ConfirmedFlush}, {rlsn, &s.RestartLSN}} {
 		if p.s != nil {
 			if *p.dst, err = parseLSN(*p.s); err != nil {
@@ -315,37 +348,33 @@ func (f *Feed) SlotStatus(ctx context.Context) (SlotStatus, error) {
 	return s, nil
 }
 
-// RetainedWAL returns the bytes of WAL the slot holds back
-// (SlotStatus.RetainedBytes), 0 when there is no slot.
-func (f *Feed) RetainedWAL(ctx context.Context) (int64, error) {
-	s, err := f.SlotStatus(ctx)
-	return s.RetainedBytes, err
-}
-
 // DropSlot drops the permanent slot if it exists, releasing the WAL it
 // holds. It fails while a Stream (of any process) is reading the slot.
 func (f *Feed) DropSlot(ctx context.Context) error {
-	if f.closed.Load() {
-		return ErrClosed
-	}
-	_, err := f.pool.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", f.cfg.Slot)
+	r, err := f.names(ctx)
 	if err != nil {
-		return fmt.Errorf("postgres: drop slot %s: %w", f.cfg.Slot, err)
+		return err
 	}
-	return nil
+	return f.dropSlot(ctx, r)
+}
+
+func (f *Feed) dropSlot(ctx context.Context, r *resolved) error {
+	return f.exec(ctx, "drop slot "+r.slot, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", r.slot)
 }
 
 // checkPublication verifies the publication exists and covers the table.
-func (f *Feed) checkPublication(ctx context.Context) error {
+// It compares names, not regclass casts: casting every row of
+// pg_publication_tables would need USAGE on schemas the role has no
+// business in.
+func (f *Feed) checkPublication(ctx context.Context, r *resolved) error {
 	var n int
-	err := f.pool.QueryRow(ctx, `SELECT count(*) FROM pg_publication_tables
-		WHERE pubname = $1 AND format('%I.%I', schemaname, tablename)::regclass = to_regclass($2)`,
-		f.cfg.Publication, f.table).Scan(&n)
+	err := f.queryRow(ctx, "check publication", `SELECT count(*) FROM pg_publication_tables
+		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`, []any{r.pub, r.schema, r.name}, &n)
 	if err != nil {
-		return fmt.Errorf("postgres: check publication: %w", err)
+		return err
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: %s for %s", ErrNoPublication, f.cfg.Publication, f.cfg.Table)
+		return fmt.Errorf("%w: %s for %s", ErrNoPublication, r.pub, r.table)
 	}
 	return nil
 }
@@ -363,11 +392,15 @@ func (f *Feed) checkPublication(ctx context.Context) error {
 // server to finish. It returns ErrNoPublication when the publication is
 // missing or does not cover the table. On error the new slot is dropped
 // again. Bootstrap resets the positions Confirm has recorded.
-func (f *Feed) Bootstrap(ctx context.Context, fn func(key []byte) error) (Position, error) {
-	if err := f.checkPublication(ctx); err != nil {
+func (f *Feed) Bootstrap(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error) {
+	r, err := f.resolve(ctx)
+	if err != nil {
 		return 0, err
 	}
-	if err := f.DropSlot(ctx); err != nil {
+	if err := f.checkPublication(ctx, r); err != nil {
+		return 0, err
+	}
+	if err := f.dropSlot(ctx, r); err != nil {
 		return 0, err
 	}
 	conn, err := f.connectRepl(ctx)
@@ -375,22 +408,22 @@ func (f *Feed) Bootstrap(ctx context.Context, fn func(key []byte) error) (Positi
 		return 0, err
 	}
 	defer closeConn(conn)
-	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, f.cfg.Slot, "pgoutput",
+	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, r.slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
 	if err != nil {
-		return 0, fmt.Errorf("postgres: create slot %s: %w", f.cfg.Slot, err)
+		return 0, classify("create slot "+r.slot, err)
 	}
 	point, err := parseLSN(res.ConsistentPoint)
 	if err == nil {
 		// The exporting connection stays idle until the COPY is done: any
 		// command on it would end the exported snapshot.
-		err = f.copySnapshot(ctx, res.SnapshotName, fn)
+		err = f.copySnapshot(ctx, r, res.SnapshotName, fn)
 	}
 	if err != nil {
 		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if derr := pglogrepl.DropReplicationSlot(dctx, conn, f.cfg.Slot, pglogrepl.DropReplicationSlotOptions{}); derr != nil {
-			f.cfg.Logger.Warn("bloomgate: could not drop the slot after a failed bootstrap", "slot", f.cfg.Slot, "err", derr)
+		if derr := pglogrepl.DropReplicationSlot(dctx, conn, r.slot, pglogrepl.DropReplicationSlotOptions{}); derr != nil {
+			f.cfg.Logger.Warn("bloomgate: could not drop the slot after a failed bootstrap", "slot", r.slot, "err", derr)
 		}
 		return 0, err
 	}
@@ -402,9 +435,9 @@ func (f *Feed) Bootstrap(ctx context.Context, fn func(key []byte) error) (Positi
 
 // copySnapshot runs the key COPY on an ordinary connection that imports the
 // exported snapshot.
-func (f *Feed) copySnapshot(ctx context.Context, snapshot string, fn func([]byte) error) error {
+func (f *Feed) copySnapshot(ctx context.Context, r *resolved, snapshot string, fn func([]byte) error) error {
 	if parts := f.bootstrapParts(); parts > 1 { // parallel.go
-		return copySnapshotKeys(ctx, f.pool, snapshot, f.table, f.cfg.Column, parts, fn)
+		return copySnapshotKeys(ctx, f.pool, snapshot, r.table, f.cfg.Column, parts, fn)
 	}
 	conn, err := f.pool.Acquire(ctx)
 	if err != nil {
@@ -419,14 +452,18 @@ func (f *Feed) copySnapshot(ctx context.Context, snapshot string, fn func([]byte
 	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(snapshot, "'", "''")+"'"); err != nil {
 		return fmt.Errorf("postgres: bootstrap: import snapshot: %w", err)
 	}
-	if err := f.copyKeys(ctx, tx.Conn().PgConn(), fn); err != nil {
+	if err := f.copyKeys(ctx, tx.Conn().PgConn(), r, fn); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
 }
 
-func (f *Feed) copyKeys(ctx context.Context, pc *pgconn.PgConn, fn func([]byte) error) error {
-	return copyKeys(ctx, pc, f.copy, fn)
+func (f *Feed) copyKeys(ctx context.Context, pc *pgconn.PgConn, r *resolved, fn func([]byte) error) error {
+	err := copyKeys(ctx, pc, "COPY (SELECT "+pgx.Identifier{f.cfg.Column}.Sanitize()+" FROM "+r.table+") TO STDOUT", fn)
+	if err != nil {
+		return classify("copy", err)
+	}
+	return nil
 }
 
 // Rebuild reads a fresh copy of the keys for a new generation while Stream
@@ -437,7 +474,11 @@ func (f *Feed) copyKeys(ctx context.Context, pc *pgconn.PgConn, fn func([]byte) 
 // consumer applies to the new generation every Txn with Commit >= P.
 // Transactions Stream delivered before Rebuild was called all have
 // Commit < P, so buffering those delivered from the call on is enough.
-func (f *Feed) Rebuild(ctx context.Context, fn func(key []byte) error) (Position, error) {
+func (f *Feed) Rebuild(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error) {
+	r, err := f.resolve(ctx)
+	if err != nil {
+		return 0, err
+	}
 	conn, err := f.connectRepl(ctx)
 	if err != nil {
 		return 0, err
@@ -445,20 +486,20 @@ func (f *Feed) Rebuild(ctx context.Context, fn func(key []byte) error) (Position
 	defer closeConn(conn)
 	var b [4]byte
 	rand.Read(b[:])
-	tmp := f.cfg.Slot[:min(len(f.cfg.Slot), 50)] + "_rb" + hex.EncodeToString(b[:])
+	tmp := r.slot[:min(len(r.slot), 50)] + "_rb" + hex.EncodeToString(b[:])
 	if _, err := conn.Exec(ctx, "BEGIN READ ONLY ISOLATION LEVEL REPEATABLE READ").ReadAll(); err != nil {
 		return 0, fmt.Errorf("postgres: rebuild: %w", err)
 	}
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, tmp, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Temporary: true, Mode: pglogrepl.LogicalReplication, SnapshotAction: "USE_SNAPSHOT"})
 	if err != nil {
-		return 0, fmt.Errorf("postgres: rebuild: create temporary slot: %w", err)
+		return 0, classify("rebuild: create temporary slot", err)
 	}
 	point, err := parseLSN(res.ConsistentPoint)
 	if err != nil {
 		return 0, err
 	}
-	if err := f.copyKeys(ctx, conn, fn); err != nil {
+	if err := f.copyKeys(ctx, conn, r, fn); err != nil {
 		return 0, err
 	}
 	if _, err := conn.Exec(ctx, "COMMIT").ReadAll(); err != nil {
@@ -481,7 +522,7 @@ func (f *Feed) Rebuild(ctx context.Context, fn func(key []byte) error) (Position
 // Never confirm a position whose state a restarting consumer could not
 // restore: the server never goes back, so the changes in between would be
 // lost (the next Stream reports ErrStalePosition rather than skip them).
-func (f *Feed) Confirm(ctx context.Context, p Position) error {
+func (f *Feed) Confirm(ctx context.Context, p changefeed.Position) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -501,10 +542,10 @@ func (f *Feed) Confirm(ctx context.Context, p Position) error {
 
 // Health is the feed's state, for the consumer's fail-open decision.
 type Health struct {
-	Streaming bool     // Stream is running
-	Connected bool     // and holds an accepted replication connection
-	Delivered Position // End of the last Txn handed to apply, else the start position
-	Confirmed Position // highest Confirm
+	Streaming bool                // Stream is running
+	Connected bool                // and holds an accepted replication connection
+	Delivered changefeed.Position // End of the last Txn handed to apply, else the start position
+	Confirmed changefeed.Position // highest Confirm
 	// CaughtUp is the local time at which a server keepalive last arrived
 	// between transactions, reporting a position at or beyond the end of
 	// WAL when the current replication connection started: everything
@@ -515,12 +556,9 @@ type Health struct {
 	CaughtUp time.Time
 	// Lag is the time since the feed was last caught up in this Stream
 	// (across reconnections), or since Stream started when it never was (0
-	// when not streaming).
+	// when not streaming). The consumer decides how much is too much:
+	// Gate.Follow fails open past FollowConfig.MaxLag.
 	Lag time.Duration
-	// Degraded is true when not streaming, before the first catch-up, or
-	// when Lag exceeds FeedConfig.MaxLag: answers built from this feed may
-	// miss recent keys, so fail open.
-	Degraded bool
 	// Reconnects counts the replication connections this Stream lost and
 	// replaced.
 	Reconnects int64
@@ -529,22 +567,42 @@ type Health struct {
 	Err error
 }
 
-// Fresh reports whether the feed is streaming and caught up within MaxLag:
-// !Health().Degraded.
-func (f *Feed) Fresh() bool { return !f.Health().Degraded }
-
 // Head returns the server's current WAL write position: every transaction
 // committed now ends at or before it, so a consumer whose stream has passed
 // it has seen them all (bloomgate.Gate.Follow uses it to decide readiness).
-func (f *Feed) Head(ctx context.Context) (Position, error) {
+func (f *Feed) Head(ctx context.Context) (changefeed.Position, error) {
 	var lsn string
-	if err := f.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
-		return 0, fmt.Errorf("postgres: current WAL position: %w", err)
+	if err := f.queryRow(ctx, "current WAL position", "SELECT pg_current_wal_lsn()::text", nil, &lsn); err != nil {
+		return 0, err
 	}
-	return changefeed.ParsePosition(lsn)
+	return parseLSN(lsn)
 }
 
 var _ bloomgate.Feed = (*Feed)(nil)
+
+// Err returns the error of the feed's last failed connection attempt or
+// stream while Stream retries, nil once connected again (Health().Err).
+// Gate.Follow shows it in the gate's state while it fails open.
+func (f *Feed) Err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastErr
+}
+
+// Estimate returns the planner's row estimate for the table
+// (pg_class.reltuples; 0 for a table never analysed), within the feed's
+// Timeout. Gate.Follow sizes its first filter with it.
+func (f *Feed) Estimate(ctx context.Context) (int64, error) {
+	r, err := f.names(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var n float64
+	if err := f.queryRow(ctx, "estimate", "SELECT reltuples FROM pg_class WHERE oid = $1", []any{r.oid}, &n); err != nil {
+		return 0, err
+	}
+	return max(int64(n), 0), nil
+}
 
 // Health reports the feed's state.
 func (f *Feed) Health() Health {
@@ -566,7 +624,6 @@ func (f *Feed) Health() Health {
 		}
 		h.Lag = time.Since(since)
 	}
-	h.Degraded = !h.Streaming || h.CaughtUp.IsZero() || h.Lag > f.cfg.MaxLag
 	return h
 }
 
@@ -579,15 +636,15 @@ func (f *Feed) Health() Health {
 // and resumes after the last delivered transaction, so within one Stream no
 // transaction is delivered twice or skipped; Health reports the outage.
 // Stream returns when ctx is done (ctx's error), when apply fails (its
-// error, wrapped), on an ErrRebuild condition, on ErrProtocol or
+// error, wrapped), on a changefeed.ErrRebuild condition, on ErrProtocol or
 // ErrKeyColumn, or when the server refuses the role, publication or table.
 //
 // Alongside transactions Stream delivers progress markers (Txns without
 // Changes, see Txn) so that a consumer of a quiet table can confirm a
 // position and let the server recycle WAL.
-func (f *Feed) Stream(ctx context.Context, from Position, apply func(Txn) error) error {
+func (f *Feed) Stream(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error {
 	if from == 0 {
-		return errors.New("postgres: Stream needs a position (from Bootstrap, Rebuild or a delivered Txn)")
+		return errors.New("postgres: Stream needs a position (from Bootstrap, Rebuild or a delivered Txn.End)")
 	}
 	if !f.streaming.CompareAndSwap(false, true) {
 		return ErrStreaming
@@ -620,7 +677,7 @@ func (f *Feed) Stream(ctx context.Context, from Position, apply func(Txn) error)
 		if connected {
 			retry.Reset()
 		}
-		f.cfg.Logger.Warn("bloomgate: change feed interrupted, reconnecting", "slot", f.cfg.Slot, "in", retry.Delay(), "err", err)
+		f.cfg.Logger.Warn("bloomgate: change feed interrupted, reconnecting", "slot", f.Slot(), "in", retry.Delay(), "err", err)
 		if err := retry.Wait(ctx); err != nil {
 			return err
 		}
@@ -636,8 +693,8 @@ func (e errApply) Unwrap() error { return e.err }
 // fatal says whether Stream must give up rather than reconnect.
 func fatal(err error) bool {
 	var ea errApply
-	if errors.As(err, &ea) || errors.Is(err, ErrRebuild) || errors.Is(err, ErrProtocol) ||
-		errors.Is(err, ErrKeyColumn) || errors.Is(err, ErrClosed) || errors.Is(err, ErrNoPublication) {
+	if errors.As(err, &ea) || errors.Is(err, changefeed.ErrRebuild) || errors.Is(err, ErrProtocol) ||
+		errors.Is(err, changefeed.ErrSetup) || errors.Is(err, ErrClosed) {
 		return true
 	}
 	var pg *pgconn.PgError
@@ -652,16 +709,20 @@ func fatal(err error) bool {
 
 // streamOnce runs one replication connection. connected reports whether
 // START_REPLICATION was accepted.
-func (f *Feed) streamOnce(ctx context.Context, apply func(Txn) error) (connected bool, err error) {
+func (f *Feed) streamOnce(ctx context.Context, apply func(changefeed.Txn) error) (connected bool, err error) {
+	r, err := f.resolve(ctx)
+	if err != nil {
+		return false, err
+	}
 	st, err := f.SlotStatus(ctx)
 	if err != nil {
 		return false, err
 	}
 	if !st.Exists {
-		return false, fmt.Errorf("%w: %s does not exist", ErrSlotLost, f.cfg.Slot)
+		return false, fmt.Errorf("%w: %s does not exist", ErrSlotLost, r.slot)
 	}
 	if st.WALStatus == "lost" {
-		return false, fmt.Errorf("%w: %s has wal_status lost", ErrSlotLost, f.cfg.Slot)
+		return false, fmt.Errorf("%w: %s has wal_status lost", ErrSlotLost, r.slot)
 	}
 	f.mu.Lock()
 	from := f.delivered
@@ -671,21 +732,10 @@ func (f *Feed) streamOnce(ctx context.Context, apply func(Txn) error) (connected
 	}
 	f.acked = max(f.acked, st.ConfirmedFlush)
 	f.mu.Unlock()
-	var relID uint32
-	if err := f.pool.QueryRow(ctx, "SELECT coalesce(to_regclass($1)::oid, 0)", f.table).Scan(&relID); err != nil {
-		return false, fmt.Errorf("postgres: resolve %s: %w", f.cfg.Table, err)
-	}
-	if relID == 0 {
-		return false, fmt.Errorf("%w: table %s does not exist", ErrKeyColumn, f.cfg.Table)
-	}
-	if err := f.checkPublication(ctx); err != nil {
+	if err := f.checkPublication(ctx, r); err != nil {
 		return false, err
 	}
-	var walEnd string
-	if err := f.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&walEnd); err != nil {
-		return false, fmt.Errorf("postgres: read WAL end: %w", err)
-	}
-	target, err := parseLSN(walEnd)
+	target, err := f.Head(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -697,17 +747,19 @@ func (f *Feed) streamOnce(ctx context.Context, apply func(Txn) error) (connected
 		return false, err
 	}
 	defer closeConn(conn)
-	err = pglogrepl.StartReplication(ctx, conn, f.cfg.Slot, pglogrepl.LSN(from), pglogrepl.StartReplicationOptions{
+	sctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
+	err = pglogrepl.StartReplication(sctx, conn, r.slot, pglogrepl.LSN(from), pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + f.cfg.Publication + "'"},
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + r.pub + "'"},
 	})
+	cancel()
 	if err != nil {
-		return false, fmt.Errorf("postgres: start replication at %s: %w", from, err)
+		return false, f.wrap(ctx, sctx, "start replication at "+from.String(), err)
 	}
 	f.mu.Lock()
 	f.connected, f.lastErr = true, nil
 	f.mu.Unlock()
-	s := &session{f: f, conn: conn, dec: newDecoder(relID, f.cfg.Column), apply: apply}
+	s := &session{f: f, conn: conn, dec: newDecoder(r.oid, f.cfg.Column), apply: apply}
 	return true, s.run(ctx)
 }
 
@@ -716,8 +768,9 @@ type session struct {
 	f       *Feed
 	conn    *pgconn.PgConn
 	dec     *decoder
-	apply   func(Txn) error
-	sentAck Position
+	apply   func(changefeed.Txn) error
+	sentAck changefeed.Position
+	asked   time.Time // when the oldest status update asking for a reply still unanswered was sent
 }
 
 func (s *session) run(ctx context.Context) error {
@@ -733,6 +786,10 @@ func (s *session) run(ctx context.Context) error {
 	}()
 	nextStatus := time.Now()
 	for {
+		if !s.asked.IsZero() && time.Since(s.asked) > f.cfg.Timeout {
+			return fmt.Errorf("postgres: replication connection: %w: no reply for %v to a status update asking for one",
+				changefeed.ErrTimeout, time.Since(s.asked).Round(time.Millisecond))
+		}
 		if !time.Now().Before(nextStatus) {
 			if err := s.status(true); err != nil {
 				return err
@@ -756,6 +813,9 @@ func (s *session) run(ctx context.Context) error {
 		f.mu.Unlock()
 		woken := rctx.Err() != nil
 		cancel()
+		if err == nil {
+			s.asked = time.Time{}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -809,14 +869,14 @@ func (s *session) keepalive(k pglogrepl.PrimaryKeepaliveMessage) error {
 		// Between transactions: everything the server decoded before
 		// ServerWALEnd has been delivered.
 		f.mu.Lock()
-		if Position(k.ServerWALEnd) >= f.target {
+		if changefeed.Position(k.ServerWALEnd) >= f.target {
 			f.caughtUp = time.Now()
 			f.lastCaught = f.caughtUp
 		}
 		delivered := f.delivered
 		f.mu.Unlock()
-		if p := Position(k.ServerWALEnd); p > delivered {
-			if err := s.deliver(Txn{Commit: p, End: p}); err != nil {
+		if p := changefeed.Position(k.ServerWALEnd); p > delivered {
+			if err := s.deliver(changefeed.Txn{Commit: p, End: p}); err != nil {
 				return err
 			}
 		}
@@ -828,7 +888,7 @@ func (s *session) keepalive(k pglogrepl.PrimaryKeepaliveMessage) error {
 }
 
 // deliver hands t to apply unless its position was already delivered.
-func (s *session) deliver(t Txn) error {
+func (s *session) deliver(t changefeed.Txn) error {
 	f := s.f
 	f.mu.Lock()
 	dup := t.End <= f.delivered
@@ -858,7 +918,9 @@ func (s *session) status(replyRequested bool) error {
 	if ack == 0 {
 		return nil // nothing confirmed: never let 0 become "write"
 	}
-	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn, pglogrepl.StandbyStatusUpdate{
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.Timeout)
+	defer cancel()
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
 		WALWritePosition: pglogrepl.LSN(deliv),
 		WALFlushPosition: pglogrepl.LSN(ack),
 		WALApplyPosition: pglogrepl.LSN(ack),
@@ -869,5 +931,8 @@ func (s *session) status(replyRequested bool) error {
 		return fmt.Errorf("postgres: standby status: %w", err)
 	}
 	s.sentAck = ack
+	if replyRequested && s.asked.IsZero() {
+		s.asked = time.Now()
+	}
 	return nil
 }

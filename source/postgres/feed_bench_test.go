@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bloomgate/bloomgate/source/postgres"
+	"github.com/bloomgate/bloomgate/changefeed"
 )
 
 // BenchmarkFeedLag measures commit-to-delivery lag: the time from an
@@ -36,7 +36,7 @@ func BenchmarkFeedLag(b *testing.B) {
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- f.Stream(sctx, p, func(t postgres.Txn) error {
+		done <- f.Stream(sctx, p, func(t changefeed.Txn) error {
 			now := time.Now()
 			mu.Lock()
 			for _, c := range t.Changes {

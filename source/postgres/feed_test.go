@@ -110,7 +110,7 @@ func (fx *feedFixture) tableKeys(t *testing.T) map[string]int {
 	return m
 }
 
-func (fx *feedFixture) walEnd(t testing.TB) postgres.Position {
+func (fx *feedFixture) walEnd(t testing.TB) changefeed.Position {
 	t.Helper()
 	var s string
 	if err := fx.pool.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
@@ -127,12 +127,12 @@ func (fx *feedFixture) walEnd(t testing.TB) postgres.Position {
 type consumer struct {
 	mu      sync.Mutex
 	keys    map[string]int
-	txns    []postgres.Txn // every delivered Txn, in order
-	last    postgres.Position
+	txns    []changefeed.Txn // every delivered Txn, in order
+	last    changefeed.Position
 	unknown int
 	done    bool
 	err     error
-	onTxn   func(postgres.Txn) // called under mu after applying
+	onTxn   func(changefeed.Txn) // called under mu after applying
 }
 
 func newConsumer() *consumer {
@@ -146,7 +146,7 @@ func (c *consumer) add(k []byte) error {
 	return nil
 }
 
-func (c *consumer) apply(t postgres.Txn) error {
+func (c *consumer) apply(t changefeed.Txn) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t.End <= c.last {
@@ -154,9 +154,9 @@ func (c *consumer) apply(t postgres.Txn) error {
 	}
 	for _, ch := range t.Changes {
 		switch ch.Kind {
-		case postgres.Insert:
+		case changefeed.Insert:
 			c.keys[string(ch.Key)]++
-		case postgres.Delete:
+		case changefeed.Delete:
 			c.keys[string(ch.Key)]--
 			if c.keys[string(ch.Key)] == 0 {
 				delete(c.keys, string(ch.Key))
@@ -175,7 +175,7 @@ func (c *consumer) apply(t postgres.Txn) error {
 
 // stream runs f.Stream in the background; stop cancels it and returns its
 // error.
-func (c *consumer) stream(f *postgres.Feed, from postgres.Position) (stop func() error) {
+func (c *consumer) stream(f *postgres.Feed, from changefeed.Position) (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
@@ -196,7 +196,7 @@ func (c *consumer) stream(f *postgres.Feed, from postgres.Position) (stop func()
 }
 
 // waitFor waits until a Txn at or beyond p was applied, or Stream ended.
-func (c *consumer) waitFor(t *testing.T, p postgres.Position) {
+func (c *consumer) waitFor(t *testing.T, p changefeed.Position) {
 	t.Helper()
 	testsvc.Eventually(t, waitLimit, func() bool {
 		c.mu.Lock()
@@ -365,7 +365,7 @@ func TestFeedBootstrapExact(t *testing.T) {
 			f := fx.feed(t)
 			c := newConsumer()
 			type result struct {
-				p   postgres.Position
+				p   changefeed.Position
 				err error
 			}
 			res := make(chan result, 1)
@@ -428,8 +428,8 @@ func TestFeedResumeAfterKill(t *testing.T) {
 	}
 	// The "durable snapshot": state and position, taken after some txns.
 	var durable map[string]int
-	var durablePos postgres.Position
-	c1.onTxn = func(tx postgres.Txn) {
+	var durablePos changefeed.Position
+	c1.onTxn = func(tx changefeed.Txn) {
 		if durable == nil && len(c1.txns) >= 50 && len(tx.Changes) > 0 {
 			durable, durablePos = maps.Clone(c1.keys), tx.End
 		}
@@ -490,7 +490,7 @@ func TestFeedResumeAfterKill(t *testing.T) {
 	// Redeliveries: exactly the first run's transactions after snapPos that
 	// carry changes, identical. (Progress markers carry server positions that
 	// need not repeat.)
-	byEnd := map[postgres.Position]postgres.Txn{}
+	byEnd := map[changefeed.Position]changefeed.Txn{}
 	for _, tx := range first {
 		if len(tx.Changes) > 0 {
 			byEnd[tx.End] = tx
@@ -521,8 +521,8 @@ func TestFeedResumeAfterKill(t *testing.T) {
 
 	// Resuming from before the confirmed position is refused, not skipped.
 	f3 := fx.feed(t)
-	err = f3.Stream(ctx, p0, func(postgres.Txn) error { return nil })
-	if !errors.Is(err, postgres.ErrStalePosition) || !errors.Is(err, postgres.ErrRebuild) {
+	err = f3.Stream(ctx, p0, func(changefeed.Txn) error { return nil })
+	if !errors.Is(err, postgres.ErrStalePosition) || !errors.Is(err, changefeed.ErrRebuild) {
 		t.Fatalf("Stream from before confirmed_flush: %v, want ErrStalePosition", err)
 	}
 }
@@ -549,13 +549,13 @@ func TestFeedSlotLost(t *testing.T) {
 	}, "the slot was not dropped")
 	err = c.waitEnd(t)
 	stop()
-	if !errors.Is(err, postgres.ErrSlotLost) || !errors.Is(err, postgres.ErrRebuild) {
+	if !errors.Is(err, postgres.ErrSlotLost) || !errors.Is(err, changefeed.ErrRebuild) {
 		t.Fatalf("Stream after the slot was dropped: %v, want ErrSlotLost", err)
 	}
 	if err := f.Stream(ctx, p, c.apply); !errors.Is(err, postgres.ErrSlotLost) {
 		t.Fatalf("Stream on a missing slot: %v, want ErrSlotLost", err)
 	}
-	if h := f.Health(); !h.Degraded || h.Streaming {
+	if h := f.Health(); h.Streaming || h.Connected {
 		t.Fatalf("health after the stream ended: %+v", h)
 	}
 }
@@ -621,7 +621,7 @@ func TestFeedReplicaIdentity(t *testing.T) {
 	}
 }
 
-func fmtChanges(cs []postgres.Change) string {
+func fmtChanges(cs []changefeed.Change) string {
 	s := "["
 	for i, c := range cs {
 		if i > 0 {
@@ -687,13 +687,13 @@ func TestFeedRebuildWhileStreaming(t *testing.T) {
 }
 
 // TestFeedSlotStatusAndHealth: the slot holds WAL until confirmed; Health
-// leaves Degraded once the stream has caught up.
+// reports CaughtUp once the stream has caught up.
 func TestFeedSlotStatusAndHealth(t *testing.T) {
 	fx := newFeedFixture(t, "")
 	ctx := context.Background()
 	f := fx.feed(t)
-	if h := f.Health(); !h.Degraded {
-		t.Fatalf("not streaming yet, want degraded: %+v", h)
+	if h := f.Health(); h.Streaming || !h.CaughtUp.IsZero() {
+		t.Fatalf("not streaming yet, want not streaming and never caught up: %+v", h)
 	}
 	if err := f.Stream(ctx, 1, nil); !errors.Is(err, postgres.ErrSlotLost) {
 		t.Fatalf("Stream before Bootstrap: %v, want ErrSlotLost", err)

@@ -6,8 +6,9 @@
 // # Change feed
 //
 // A Feed needs wal_level = logical, a publication of the table without a
-// row filter, and a role with REPLICATION and SELECT: `bloomgate feed setup`
-// prints the SQL. What it guarantees, with the tests that pin it:
+// row filter, a replica identity PostgreSQL can use for the application's
+// UPDATE and DELETE, and a role with REPLICATION and SELECT: `bloomgate feed
+// setup` prints the SQL. What it guarantees, with the tests that pin it:
 //
 //   - Exact bootstrap: the keys Bootstrap delivers plus the transactions
 //     Stream delivers from its position equal the table, each key once
@@ -34,6 +35,19 @@
 //     with Commit below its point (TestFeedRebuildWhileStreaming).
 //   - Malformed replication messages are errors (ErrProtocol), never panics
 //     (FuzzDecoder).
+//   - Least privilege: the role setup creates (LOGIN REPLICATION, USAGE on
+//     the schema, SELECT on the table) bootstraps, streams, rebuilds and
+//     reads the slot's status (TestSetupRoleFollows).
+//   - Setup never breaks the application: on a table without a usable
+//     replica identity it refuses (ErrReplicaIdentity) unless the operator
+//     picks one (SetupOptions.Identity), and the application's UPDATE and
+//     DELETE keep working after each choice (TestSetupKeepsAppWrites).
+//   - One name per table: default slot and publication names come from the
+//     table as the server resolves it (TestNamesMeet).
+//   - Bounded waits: every connection and query the feed makes ends within
+//     FeedConfig.Timeout with an error wrapping changefeed.ErrTimeout when
+//     the server does not answer; errors an operator must fix wrap
+//     changefeed.ErrSetup (TestFeedTimeouts).
 //
 // A slot holds WAL until its position is confirmed: set
 // max_slot_wal_keep_size, export SlotStatus.RetainedBytes as a gauge, and

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/bloomgate/bloomgate/changefeed"
 )
 
 // ErrWALLevel reports a server whose wal_level is not logical: no
 // replication slot can decode changes until it is set and the server
-// restarted.
-var ErrWALLevel = errors.New("postgres: wal_level is not logical")
+// restarted. It wraps changefeed.ErrSetup.
+var ErrWALLevel = fmt.Errorf("%w: wal_level is not logical", changefeed.ErrSetup)
 
 // SetupPlan is what a DBA runs so that a Feed can work: see Feed.Setup.
 type SetupPlan struct {
@@ -20,9 +23,12 @@ type SetupPlan struct {
 	// a parameter such as rds.logical_replication or
 	// cloudsql.logical_decoding, and a reboot).
 	WALLevel string
-	// Statements create or fix the publication (one table, no row filter,
-	// no column list) and the role (LOGIN REPLICATION, SELECT on the table).
-	// Run them as a superuser or the table's owner; they change no data.
+	// Statements set the replica identity the operator chose
+	// (SetupOptions.Identity), create or fix the publication (one table, no
+	// row filter, no column list) and the role (LOGIN REPLICATION, USAGE on
+	// the schema, SELECT on the table). Run them as a superuser or the
+	// table's owner; they change no data, and never what the application
+	// may do.
 	Statements []string
 	// Notes are advice not run by ApplySetup: replica identity (what deletes
 	// need) and max_slot_wal_keep_size (what bounds a forgotten slot).
@@ -39,38 +45,109 @@ func (p SetupPlan) CheckWALLevel() error {
 		"on a managed service set its logical-replication parameter and reboot", ErrWALLevel, p.WALLevel)
 }
 
+// ErrReplicaIdentity reports a table without a replica identity PostgreSQL
+// can use (no primary key, or REPLICA IDENTITY NOTHING) while the
+// publication would publish its updates and deletes: PostgreSQL would then
+// refuse the application's UPDATE and DELETE. Setup returns it, explaining
+// the choices, unless SetupOptions.Identity picks one. It wraps
+// changefeed.ErrSetup.
+var ErrReplicaIdentity = fmt.Errorf("%w: the table has no usable replica identity", changefeed.ErrSetup)
+
+// Identity is the operator's choice for a table's replica identity.
+type Identity int
+
+const (
+	// IdentityUnchanged leaves the replica identity as it is. Setup refuses
+	// (ErrReplicaIdentity) when it cannot carry updates and deletes.
+	IdentityUnchanged Identity = iota
+	// IdentityFull sets REPLICA IDENTITY FULL: every UPDATE and DELETE logs
+	// the whole old row (more WAL), and the feed sees every old key.
+	IdentityFull
+	// IdentityIndex sets REPLICA IDENTITY USING INDEX SetupOptions.Index:
+	// a unique, non-partial index without expressions on NOT NULL columns.
+	// The feed sees old keys only when the index covers the key column.
+	IdentityIndex
+	// IdentityInsertsOnly publishes only inserts and truncates, which need
+	// no replica identity. Deletes are never seen (each costs a false
+	// positive until the next rebuild: set Config.RebuildInterval), and
+	// neither are updates: choose it only for a table whose key column is
+	// never updated, or an updated key is missed until the next rebuild.
+	IdentityInsertsOnly
+)
+
+func (i Identity) String() string {
+	switch i {
+	case IdentityUnchanged:
+		return "unchanged"
+	case IdentityFull:
+		return "full"
+	case IdentityIndex:
+		return "index"
+	case IdentityInsertsOnly:
+		return "inserts"
+	}
+	return fmt.Sprintf("Identity(%d)", int(i))
+}
+
+// SetupOptions are the operator's choices for Setup.
+type SetupOptions struct {
+	// Role is the role the feed connects as; "" leaves roles out.
+	Role string
+	// Identity is what Setup does about the table's replica identity.
+	// Default: IdentityUnchanged.
+	Identity Identity
+	// Index names the index for IdentityIndex. Default: the key column's
+	// own unique index if it qualifies, else the first that does.
+	Index string
+}
+
+// tableIdentity is what the server says about a table's replica identity.
+type tableIdentity struct {
+	ident      string   // pg_class.relreplident: d, n, f, i
+	usable     bool     // UPDATE and DELETE work under a publication of them
+	candidates []string // indexes that can be the identity, the key column's own first
+	insertOnly bool     // the publication exists and publishes neither updates nor deletes
+}
+
 // Setup inspects the server and returns the statements that make the
-// feed's publication and role right, with advice. role is the role the feed
-// connects as; "" leaves roles out. Setup changes nothing.
-func (f *Feed) Setup(ctx context.Context, role string) (SetupPlan, error) {
+// feed's publication and role right, with advice. Setup changes nothing.
+func (f *Feed) Setup(ctx context.Context, opts SetupOptions) (SetupPlan, error) {
+	role := opts.Role
 	var p SetupPlan
 	var version int
 	var keepSize string
-	if err := f.pool.QueryRow(ctx, "SELECT current_setting('wal_level'), current_setting('server_version_num')::int, current_setting('max_slot_wal_keep_size')").
-		Scan(&p.WALLevel, &version, &keepSize); err != nil {
-		return p, fmt.Errorf("postgres: setup: %w", err)
+	if err := f.queryRow(ctx, "setup: settings", "SELECT current_setting('wal_level'), current_setting('server_version_num')::int, current_setting('max_slot_wal_keep_size')",
+		nil, &p.WALLevel, &version, &keepSize); err != nil {
+		return p, err
 	}
-	var schema, relName string
-	var ident string
-	if err := f.pool.QueryRow(ctx, `SELECT n.nspname, c.relname, c.relreplident::text
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`, f.table).
-		Scan(&schema, &relName, &ident); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return p, fmt.Errorf("postgres: setup: table %s not found", f.cfg.Table)
-		}
-		return p, fmt.Errorf("postgres: setup: %w", err)
+	r, err := f.resolve(ctx)
+	if err != nil {
+		return p, err
 	}
-	table := pgx.Identifier{schema, relName}.Sanitize()
-	pub := pgx.Identifier{f.cfg.Publication}.Sanitize()
-	if err := f.planPublication(ctx, &p, version, table, pub); err != nil {
+	ti, err := f.tableIdentity(ctx, r)
+	if err != nil {
+		return p, err
+	}
+	// The identity comes first: a publication of updates created before it
+	// would make the application's UPDATEs fail in between.
+	if err := f.chooseIdentity(&p, opts, ti, r); err != nil {
+		return p, err
+	}
+	if err := f.planPublication(ctx, &p, version, r, opts.Identity == IdentityInsertsOnly); err != nil {
 		return p, err
 	}
 	if role != "" {
-		if err := f.planRole(ctx, &p, role, schema, table); err != nil {
+		if err := f.planRole(ctx, &p, role, r); err != nil {
 			return p, err
 		}
 	}
-	if err := f.planIdentity(ctx, &p, ident, table); err != nil {
+	if opts.Identity == IdentityIndex {
+		p.Notes = append(p.Notes, "replica identity set to an index: deletes and key updates carry the old key only when that index is the key column's own")
+	} else if opts.Identity == IdentityInsertsOnly || ti.insertOnly && opts.Identity == IdentityUnchanged {
+		p.Notes = append(p.Notes, "the publication carries inserts and truncates only: deletes cost a false positive each "+
+			"until the next rebuild (set a RebuildInterval), and an UPDATE of the key is missed until then: "+
+			"the application must never update "+f.cfg.Column)
+	} else if err := f.planIdentity(ctx, &p, identAfter(ti.ident, opts.Identity), r); err != nil {
 		return p, err
 	}
 	if keepSize == "-1" {
@@ -80,29 +157,119 @@ func (f *Feed) Setup(ctx context.Context, role string) (SetupPlan, error) {
 	return p, nil
 }
 
-func (f *Feed) planPublication(ctx context.Context, p *SetupPlan, version int, table, pub string) error {
-	var exists bool
-	if err := f.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", f.cfg.Publication).Scan(&exists); err != nil {
-		return fmt.Errorf("postgres: setup: %w", err)
+// tableIdentity reads the table's replica identity, whether PostgreSQL can
+// use it for UPDATE and DELETE, and the indexes that could be it.
+func (f *Feed) tableIdentity(ctx context.Context, r *resolved) (tableIdentity, error) {
+	var ti tableIdentity
+	err := f.queryRow(ctx, "setup: replica identity", `SELECT c.relreplident::text,
+		c.relreplident = 'f' OR EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid
+			AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))),
+		coalesce((SELECT NOT (p.pubupdate OR p.pubdelete) FROM pg_publication p WHERE p.pubname = $2), false)
+		FROM pg_class c WHERE c.oid = $1`, []any{r.oid, r.pub}, &ti.ident, &ti.usable, &ti.insertOnly)
+	if err != nil {
+		return ti, err
 	}
+	qctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
+	defer cancel()
+	rows, err := f.pool.Query(qctx, `SELECT ic.relname FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+		LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attname = $2
+		WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL AND i.indimmediate
+		AND NOT EXISTS (SELECT 1 FROM pg_attribute x WHERE x.attrelid = i.indrelid AND x.attnum = ANY(i.indkey::int2[]) AND NOT x.attnotnull)
+		ORDER BY coalesce(i.indnkeyatts = 1 AND i.indkey[0] = a.attnum, false) DESC, ic.relname`, r.oid, f.cfg.Column)
+	if err == nil {
+		ti.candidates, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		return ti, f.wrap(ctx, qctx, "setup: indexes", err)
+	}
+	return ti, nil
+}
+
+// chooseIdentity adds the statements the operator's identity choice needs,
+// or refuses when the table cannot carry updates and no choice was made.
+func (f *Feed) chooseIdentity(p *SetupPlan, opts SetupOptions, ti tableIdentity, r *resolved) error {
+	switch opts.Identity {
+	case IdentityUnchanged:
+		if ti.usable || ti.insertOnly {
+			return nil
+		}
+		idx := "CREATE UNIQUE INDEX ON " + r.table + " (…) over NOT NULL columns, then ALTER TABLE " + r.table + " REPLICA IDENTITY USING INDEX <it>"
+		if len(ti.candidates) > 0 {
+			idx = "ALTER TABLE " + r.table + " REPLICA IDENTITY USING INDEX " + pgx.Identifier{ti.candidates[0]}.Sanitize()
+		}
+		return fmt.Errorf("%w: %s has no primary key and no replica identity index (relreplident %q), so once a publication "+
+			"publishes its updates and deletes PostgreSQL refuses the application's UPDATE and DELETE. Pick one: "+
+			"(1) a unique index as the identity: %s (`feed setup -identity index[=NAME]`); "+
+			"(2) ALTER TABLE %s REPLICA IDENTITY FULL, more WAL per update and delete (`-identity full`); "+
+			"(3) a publication WITH (publish = 'insert, truncate'): deletes and key updates are not seen until a rebuild, "+
+			"for a table whose key is never updated (`-identity inserts`)",
+			ErrReplicaIdentity, r.table, ti.ident, idx, r.table)
+	case IdentityFull:
+		if ti.ident != "f" {
+			p.Statements = append(p.Statements, "ALTER TABLE "+r.table+" REPLICA IDENTITY FULL")
+		}
+	case IdentityIndex:
+		name := opts.Index
+		if name == "" {
+			if len(ti.candidates) == 0 {
+				return fmt.Errorf("%w: %s has no unique, non-partial index on NOT NULL columns to use as its identity: "+
+					"create one, or pick -identity full or -identity inserts", ErrReplicaIdentity, r.table)
+			}
+			name = ti.candidates[0]
+		} else if !slices.Contains(ti.candidates, name) {
+			return fmt.Errorf("%w: index %q of %s cannot be the replica identity (it must be unique, non-partial, "+
+				"without expressions, on NOT NULL columns); candidates: %q", ErrReplicaIdentity, name, r.table, ti.candidates)
+		}
+		p.Statements = append(p.Statements, "ALTER TABLE "+r.table+" REPLICA IDENTITY USING INDEX "+pgx.Identifier{name}.Sanitize())
+	case IdentityInsertsOnly:
+	default:
+		return fmt.Errorf("postgres: setup: unknown identity choice %v", opts.Identity)
+	}
+	return nil
+}
+
+// identAfter is the table's relreplident once the choice is applied.
+func identAfter(ident string, choice Identity) string {
+	switch choice {
+	case IdentityFull:
+		return "f"
+	case IdentityIndex:
+		return "i"
+	}
+	return ident
+}
+
+func (f *Feed) planPublication(ctx context.Context, p *SetupPlan, version int, r *resolved, insertsOnly bool) error {
+	table, pub := r.table, pgx.Identifier{r.pub}.Sanitize()
+	var exists, publishesChanges bool
+	if err := f.queryRow(ctx, "setup: publication", "SELECT count(*) > 0, coalesce(bool_or(pubupdate OR pubdelete), false) FROM pg_publication WHERE pubname = $1",
+		[]any{r.pub}, &exists, &publishesChanges); err != nil {
+		return err
+	}
+	const insertsOnlyOpt = " WITH (publish = 'insert, truncate')"
 	if !exists {
-		p.Statements = append(p.Statements, "CREATE PUBLICATION "+pub+" FOR TABLE "+table)
+		stmt := "CREATE PUBLICATION " + pub + " FOR TABLE " + table
+		if insertsOnly {
+			stmt += insertsOnlyOpt
+		}
+		p.Statements = append(p.Statements, stmt)
 		return nil
 	}
-	q := `SELECT count(*), bool_or(false) FROM pg_publication_tables
-		WHERE pubname = $1 AND format('%I.%I', schemaname, tablename)::regclass = to_regclass($2)`
-	if version >= 150000 {
-		q = `SELECT count(*), coalesce(bool_or(rowfilter IS NOT NULL OR NOT ($3 = ANY(attnames))), false) FROM pg_publication_tables
-		WHERE pubname = $1 AND format('%I.%I', schemaname, tablename)::regclass = to_regclass($2)`
+	if insertsOnly && publishesChanges {
+		p.Statements = append(p.Statements, "ALTER PUBLICATION "+pub+" SET"+insertsOnlyOpt[5:])
 	}
-	args := []any{f.cfg.Publication, f.table}
+	q := `SELECT count(*), bool_or(false) FROM pg_publication_tables
+		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`
+	args := []any{r.pub, r.schema, r.name}
 	if version >= 150000 {
+		q = `SELECT count(*), coalesce(bool_or(rowfilter IS NOT NULL OR NOT ($4 = ANY(attnames))), false) FROM pg_publication_tables
+		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`
 		args = append(args, f.cfg.Column)
 	}
 	var n int
 	var filtered bool
-	if err := f.pool.QueryRow(ctx, q, args...).Scan(&n, &filtered); err != nil {
-		return fmt.Errorf("postgres: setup: %w", err)
+	if err := f.queryRow(ctx, "setup: publication tables", q, args, &n, &filtered); err != nil {
+		return err
 	}
 	switch {
 	case n == 0:
@@ -116,12 +283,13 @@ func (f *Feed) planPublication(ctx context.Context, p *SetupPlan, version int, t
 	return nil
 }
 
-func (f *Feed) planRole(ctx context.Context, p *SetupPlan, role, schema, table string) error {
+func (f *Feed) planRole(ctx context.Context, p *SetupPlan, role string, rt *resolved) error {
 	r := pgx.Identifier{role}.Sanitize()
+	schema, table := rt.schema, rt.table
 	var exists, repl bool
-	err := f.pool.QueryRow(ctx, "SELECT true, rolreplication OR rolsuper FROM pg_roles WHERE rolname = $1", role).Scan(&exists, &repl)
+	err := f.queryRow(ctx, "setup: role", "SELECT true, rolreplication OR rolsuper FROM pg_roles WHERE rolname = $1", []any{role}, &exists, &repl)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("postgres: setup: %w", err)
+		return err
 	}
 	switch {
 	case !exists:
@@ -138,10 +306,11 @@ func (f *Feed) planRole(ctx context.Context, p *SetupPlan, role, schema, table s
 
 // planIdentity explains what deletes and key updates will look like, and
 // how to make them exact.
-func (f *Feed) planIdentity(ctx context.Context, p *SetupPlan, ident, table string) error {
+func (f *Feed) planIdentity(ctx context.Context, p *SetupPlan, ident string, r *resolved) error {
+	table := r.table
 	var covered, notNull bool
 	var index *string
-	err := f.pool.QueryRow(ctx, `SELECT
+	err := f.queryRow(ctx, "setup: key column", `SELECT
 		coalesce((SELECT a.attnum = ANY(i.indkey::int2[]) FROM pg_index i
 			WHERE i.indrelid = c.oid AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))), false),
 		a.attnotnull,
@@ -149,12 +318,12 @@ func (f *Feed) planIdentity(ctx context.Context, p *SetupPlan, ident, table stri
 			WHERE i.indrelid = c.oid AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
 			AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum AND i.indimmediate ORDER BY 1 LIMIT 1)
 		FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped
-		WHERE c.oid = to_regclass($1)`, f.table, f.cfg.Column).Scan(&covered, &notNull, &index)
+		WHERE c.oid = $1`, []any{r.oid, f.cfg.Column}, &covered, &notNull, &index)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("postgres: setup: column %q not in %s", f.cfg.Column, f.cfg.Table)
+		return fmt.Errorf("%w: column %q not in %s", ErrKeyColumn, f.cfg.Column, r.table)
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: setup: %w", err)
+		return err
 	}
 	if ident == "f" || covered {
 		p.Notes = append(p.Notes, "replica identity covers the key: deletes and key updates carry the old key, so filters that can delete stay exact")
@@ -178,11 +347,23 @@ func (f *Feed) planIdentity(ctx context.Context, p *SetupPlan, ident, table stri
 }
 
 // ApplySetup runs plan.Statements in order, stopping at the first error.
-// It does not change wal_level or the replica identity.
+// It never changes wal_level; it changes the replica identity only as
+// SetupOptions.Identity chose. Each statement runs in a transaction of its
+// own with lock_timeout set to the feed's Timeout: ALTER TABLE queued behind
+// a long transaction would otherwise block the application's queries on the
+// table until it got its lock.
 func (f *Feed) ApplySetup(ctx context.Context, plan SetupPlan) error {
+	lockTimeout := fmt.Sprintf("SET LOCAL lock_timeout = %d", f.cfg.Timeout.Milliseconds())
 	for _, s := range plan.Statements {
-		if _, err := f.pool.Exec(ctx, s); err != nil {
-			return fmt.Errorf("postgres: setup: %s: %w", s, err)
+		err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, lockTimeout); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, s)
+			return err
+		})
+		if err != nil {
+			return classify("setup: "+s, err)
 		}
 	}
 	return nil
