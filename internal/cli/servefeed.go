@@ -160,6 +160,11 @@ func openFeed(ctx context.Context, d setDecl, timeout time.Duration, log *slog.L
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	plan, err := feed.Setup(cctx, postgres.SetupOptions{})
+	if err != nil && plan.WALLevel != "" && plan.CheckWALLevel() != nil {
+		// wal_level is the first thing to fix: say that, not what a
+		// publication on this server would need next.
+		err = nil
+	}
 	if err != nil {
 		feed.Close()
 		return nil, fmt.Errorf("set %q: postgres: %w", d.Name, timeoutHint(err, cctx, timeout))
