@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,86 +19,6 @@ import (
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
-
-// natsCluster is a 3-node JetStream cluster of the machine's nats-server on
-// free loopback ports.
-type natsCluster struct {
-	t     *testing.T
-	bin   string
-	dir   string
-	ports []string
-	procs []*exec.Cmd
-}
-
-func startNATSCluster(t *testing.T) *natsCluster {
-	t.Helper()
-	c := &natsCluster{t: t, bin: testsvc.Binary(t, "nats-server"), dir: t.TempDir()}
-	var routes, cluster, monitor []string
-	for range 3 {
-		c.ports = append(c.ports, freeAddr(t))
-		cluster = append(cluster, freeAddr(t))
-		monitor = append(monitor, freeAddr(t))
-	}
-	for _, a := range cluster {
-		routes = append(routes, "nats-route://"+a)
-	}
-	for i := range 3 {
-		conf := fmt.Sprintf("listen: %q\nhttp: %q\nserver_name: \"n%d\"\njetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 1GB }\n"+
-			"cluster { name: \"bg\", listen: %q, routes: [%s] }\n",
-			c.ports[i], monitor[i], i, filepath.Join(c.dir, fmt.Sprint("n", i)), cluster[i], strings.Join(routes, ", "))
-		if err := os.WriteFile(filepath.Join(c.dir, fmt.Sprintf("n%d.conf", i)), []byte(conf), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		c.procs = append(c.procs, nil)
-		c.start(i)
-	}
-	t.Cleanup(func() {
-		for i := range c.procs {
-			c.kill(i)
-		}
-	})
-	// Healthy once JetStream has a meta leader.
-	for _, m := range monitor {
-		testsvc.Eventually(t, 30*time.Second, func() bool {
-			resp, err := http.Get("http://" + m + "/healthz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == 200
-		}, "the NATS cluster never became healthy")
-	}
-	return c
-}
-
-func (c *natsCluster) start(i int) {
-	cmd := exec.Command(c.bin, "-c", filepath.Join(c.dir, fmt.Sprintf("n%d.conf", i)))
-	log, err := os.OpenFile(filepath.Join(c.dir, fmt.Sprintf("n%d.log", i)), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	c.procs[i] = cmd
-}
-
-func (c *natsCluster) kill(i int) {
-	if p := c.procs[i]; p != nil {
-		p.Process.Kill()
-		p.Wait()
-		c.procs[i] = nil
-	}
-}
-
-func (c *natsCluster) urls() string {
-	var u []string
-	for _, p := range c.ports {
-		u = append(u, "nats://"+p)
-	}
-	return strings.Join(u, ",")
-}
 
 // startRedis runs a private redis-server with an append-only file.
 func startRedis(t *testing.T) string {
@@ -167,12 +86,12 @@ func runFanout(t *testing.T, engine string) {
 	}
 
 	const maxLag = 3 * time.Second
-	var nats *natsCluster
+	var nats *testsvc.NATSCluster
 	fan := ""
 	switch engine {
 	case "jetstream":
-		nats = startNATSCluster(t)
-		fan = "  fanout jetstream\n  nats " + nats.urls() + "\n  replicas 3\n"
+		nats = testsvc.NewNATSCluster(t)
+		fan = "  fanout jetstream\n  nats " + nats.URLs() + "\n  replicas 3\n"
 	case "redis":
 		fan = "  fanout redis\n  redis redis://" + startRedis(t) + "/0\n"
 	}
@@ -439,9 +358,9 @@ func runFanout(t *testing.T, engine string) {
 
 	// 4. JetStream: kill a NATS node and restart it.
 	if nats != nil {
-		nats.kill(1)
+		nats.Kill(1)
 		time.Sleep(3 * time.Second)
-		nats.start(1)
+		nats.Start(1)
 		time.Sleep(3 * time.Second)
 	}
 	time.Sleep(2 * time.Second)

@@ -48,7 +48,7 @@ type inProcess struct {
 
 func startInProcess(t *testing.T, preRows int, capacity uint64) *inProcess {
 	t.Helper()
-	cl := startCluster(t)
+	cl := testsvc.NewNATSCluster(t)
 	pg := fanouttest.NewPG(t, preRows)
 	ctx, cancel := context.WithCancel(context.Background())
 	nc, err := connect(ctx, cl.URLs())

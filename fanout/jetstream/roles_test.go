@@ -72,10 +72,13 @@ func runRole(role string) error {
 		return err
 	}
 	var set *jetstream.Set
-	for {
+	for try := 0; ; try++ {
 		set, err = jetstream.Open(ctx, jetstream.Config{JetStream: j, Set: c.set, Replicas: 3, LeaseTTL: testLeaseTTL, MaxAge: time.Hour, Logger: logger})
 		if err == nil || ctx.Err() != nil {
 			break
+		}
+		if try%50 == 0 {
+			logger.Warn("opening the set", "err", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -110,7 +113,9 @@ func runRole(role string) error {
 		if err != nil {
 			return err
 		}
-		f.Run(ctx)
+		if err := f.Run(ctx); ctx.Err() == nil {
+			return err
+		}
 		return nil
 	case "instance":
 		return runInstance(ctx, set, g, c.identity)
@@ -129,7 +134,13 @@ func runInstance(ctx context.Context, set *jetstream.Set, g *bloomgate.Gate, ide
 	if err != nil {
 		return err
 	}
-	go g.Follow(ctx, inst, bloomgate.FollowConfig{Identity: identity, Snapshots: inst.Snapshots(), MaxLag: testMaxLag, SnapshotInterval: time.Hour})
+	go func() {
+		err := g.Follow(ctx, inst, bloomgate.FollowConfig{Identity: identity, Snapshots: inst.Snapshots(), MaxLag: testMaxLag, SnapshotInterval: time.Hour})
+		if ctx.Err() == nil {
+			fmt.Fprintln(os.Stderr, "instance: Follow returned:", err)
+			os.Exit(1)
+		}
+	}()
 	var joinMs atomic.Int64
 	joinMs.Store(-1)
 	go func() {

@@ -29,7 +29,9 @@ import (
 // proc is a child process: a feeder or an instance.
 type proc struct {
 	cmd  *exec.Cmd
-	addr string // instances
+	log  string        // its stderr
+	done chan struct{} // closed when it has exited
+	addr string        // instances
 }
 
 func startRole(t *testing.T, rc roleConfig, role string) *proc {
@@ -45,7 +47,7 @@ func startRole(t *testing.T, rc roleConfig, role string) *proc {
 		t.Fatal(err)
 	}
 	cmd.Stderr = log
-	p := &proc{cmd: cmd}
+	p := &proc{cmd: cmd, log: log.Name(), done: make(chan struct{})}
 	var out io.ReadCloser
 	if role == "instance" {
 		out, _ = cmd.StdoutPipe()
@@ -55,38 +57,63 @@ func startRole(t *testing.T, rc roleConfig, role string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.stop() })
+	// A failing test shows what its children said last.
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("%s %d (exit %v), end of its log:\n%s", role, cmd.Process.Pid, cmd.ProcessState, tail(p.log))
+		}
+	})
 	if out != nil {
 		sc := bufio.NewScanner(out)
 		if !sc.Scan() {
-			t.Fatalf("instance printed no address (log %s)", log.Name())
+			cmd.Process.Kill()
+			cmd.Wait()
+			close(p.done)
+			t.Fatal("instance printed no address")
 		}
 		p.addr = strings.TrimPrefix(sc.Text(), "ADDR ")
 		go io.Copy(io.Discard, out)
 	}
+	go func() { cmd.Wait(); close(p.done) }()
 	return p
+}
+
+// exited reports whether the process has ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // stop ends the process gracefully (SIGTERM), then for good.
 func (p *proc) stop() {
-	if p.cmd.Process == nil || p.cmd.ProcessState != nil {
+	if p.exited() {
 		return
 	}
 	p.cmd.Process.Signal(syscall.SIGCONT)
 	p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { p.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-p.done:
 	case <-time.After(10 * time.Second):
-		p.cmd.Process.Kill()
-		<-done
+		p.kill()
 	}
 }
 
 func (p *proc) kill() {
 	p.cmd.Process.Kill()
-	p.cmd.Wait()
+	<-p.done
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return string(b)
 }
 
 var httpc = &http.Client{Timeout: 30 * time.Second}
@@ -168,7 +195,7 @@ func TestScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("scenario test skipped in -short mode")
 	}
-	cl := startCluster(t)
+	cl := testsvc.NewNATSCluster(t)
 	ctx := context.Background()
 	pg := fanouttest.NewPG(t, 50000)
 	var b [4]byte
@@ -186,6 +213,9 @@ func TestScenario(t *testing.T) {
 	inst := []*proc{startRole(t, rc, "instance"), startRole(t, rc, "instance"), startRole(t, rc, "instance")}
 	waitReady := func(p *proc, pos changefeed.Position) (s status) {
 		testsvc.Eventually(t, 5*time.Minute, func() bool { // a join after a NATS node was killed has taken over 60 s
+			if p.exited() {
+				t.Fatalf("instance exited: %v", p.cmd.ProcessState)
+			}
 			var err error
 			s, err = p.status()
 			return err == nil && s.ready && s.pos >= pos && s.joinMs >= 0

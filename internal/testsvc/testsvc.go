@@ -10,6 +10,8 @@
 // database per call) and NewPostgres (one per test). A package that calls
 // LogicalPostgres runs its tests through Main, which stops the cluster when
 // the tests end.
+// NewNATSCluster starts a private 3-node JetStream cluster for tests that
+// need replication or a node to kill.
 //
 // The package imports no client library: it finds a server by dialling it,
 // and runs SQL on its private clusters with the psql that comes with the

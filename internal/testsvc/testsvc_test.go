@@ -248,3 +248,21 @@ func runFake(f func()) {
 	}()
 	f()
 }
+
+func TestNATSCluster(t *testing.T) {
+	Short(t, "starts a 3-node NATS cluster")
+	c := NewNATSCluster(t)
+	if got := strings.Count(c.URLs(), "nats://127.0.0.1:"); got != 3 {
+		t.Fatalf("URLs() = %q, want three loopback URLs", c.URLs())
+	}
+	c.Kill(1)
+	if c.healthy(1) {
+		t.Fatal("a killed node still answers its health check")
+	}
+	c.Start(1) // fails the test unless n1 is healthy again
+	for i := range 3 {
+		if !c.healthy(i) {
+			t.Fatalf("node n%d not healthy after the restart: %s", i, c.Log(i))
+		}
+	}
+}
