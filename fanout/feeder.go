@@ -184,7 +184,7 @@ type publisher struct {
 // startGen starts counting filter generations from the newest record's.
 func (p *publisher) startGen(ctx context.Context) {
 	ss := snapshots{b: &p.f.b}
-	recs, _ := ss.records(ctx)
+	recs, _, _ := ss.records(ctx)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, r := range recs {

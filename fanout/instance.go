@@ -93,6 +93,7 @@ type Instance struct {
 	hb        beatValue
 	hbChanged time.Time               // when hb.Beat last changed
 	skipLocal bool                    // the local snapshot led to a gap
+	loadErr   error                   // why the last Load found nothing usable
 	gen       uint64                  // the generation of the filter loaded
 	restart   context.CancelCauseFunc // ends the running Stream
 }
@@ -151,7 +152,11 @@ func (s *instanceSnapshots) Load(ctx context.Context, try func(r io.Reader) erro
 		ss.local = nil
 	}
 	s.in.mu.Unlock()
-	return ss.Load(ctx, try)
+	err := ss.Load(ctx, try)
+	s.in.mu.Lock()
+	s.in.loadErr = err
+	s.in.mu.Unlock()
+	return err
 }
 
 func (in *Instance) loaded(pos changefeed.Position, cur Cursor, term, gen uint64, local bool) {
@@ -169,8 +174,16 @@ func (in *Instance) cursorOf(pos changefeed.Position) (Cursor, uint64, uint64, b
 	return s.cur, s.term, in.gen, ok
 }
 
-// Bootstrap returns ErrSnapshotOnly.
+// Bootstrap returns ErrSnapshotOnly, with why the last Load found no
+// usable snapshot (none yet, or refused ones: another Key, damage), so that
+// the gate's reason says it.
 func (in *Instance) Bootstrap(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error) {
+	in.mu.Lock()
+	why := in.loadErr
+	in.mu.Unlock()
+	if why != nil {
+		return 0, fmt.Errorf("%w: %w", ErrSnapshotOnly, why)
+	}
 	return 0, ErrSnapshotOnly
 }
 

@@ -191,19 +191,22 @@ func (ss *snapshots) advance(ctx context.Context, rec record) error {
 }
 
 // records returns the valid snapshot records, newest first.
-func (ss *snapshots) records(ctx context.Context) ([]record, error) {
-	var recs []record
+//
+// A record that does not decode or verify is skipped and logged; refused
+// says why, for the error of a Load that finds nothing usable.
+func (ss *snapshots) records(ctx context.Context) (recs []record, refused []error, err error) {
 	for _, k := range []string{keySnapshot, keySnapPrev} {
 		v, _, err := ss.b.Store.Get(ctx, k)
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("fanout: snapshot records: %w", err)
+			return nil, nil, fmt.Errorf("fanout: snapshot records: %w", err)
 		}
 		r, err := decodeRecord(v, ss.b.Key)
 		if err != nil {
 			ss.b.Logger.Warn("bloomgate: fan-out snapshot record refused", "set", ss.b.Name, "key", k, "err", err)
+			refused = append(refused, fmt.Errorf("snapshot record %s refused: %w", k, err))
 			continue
 		}
 		recs = append(recs, r)
@@ -211,14 +214,14 @@ func (ss *snapshots) records(ctx context.Context) ([]record, error) {
 	if len(recs) == 2 && !recs[0].newer(recs[1]) {
 		recs[0], recs[1] = recs[1], recs[0]
 	}
-	return recs, nil
+	return recs, refused, nil
 }
 
 // prune deletes the objects no record names, but for uploads that may be
 // in progress (named after a position beyond the newest record's). Failures
 // only leave objects behind.
 func (ss *snapshots) prune(ctx context.Context) {
-	recs, err := ss.records(ctx)
+	recs, _, err := ss.records(ctx)
 	if err != nil || len(recs) == 0 {
 		return
 	}
@@ -242,11 +245,11 @@ func (ss *snapshots) prune(ctx context.Context) {
 // new as the feeder's newest, then the recorded (feeder's) snapshots,
 // newest first, then any local one.
 func (ss *snapshots) Load(ctx context.Context, try func(r io.Reader) error) error {
-	recs, err := ss.records(ctx)
+	recs, refused, err := ss.records(ctx)
 	if err != nil && ss.local == nil {
 		return err
 	}
-	errs := []error{bloomgate.ErrNoSnapshot}
+	errs := append([]error{bloomgate.ErrNoSnapshot}, refused...)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -281,7 +284,17 @@ func (ss *snapshots) Load(ctx context.Context, try func(r io.Reader) error) erro
 			return nil
 		}
 	}
-	return errors.Join(errs...)
+	return joinErrs(errs)
+}
+
+// joinErrs joins errors on one line (a state's reason, a log field), each
+// still matched by errors.Is.
+func joinErrs(errs []error) error {
+	err := errs[0]
+	for _, e := range errs[1:] {
+		err = fmt.Errorf("%w; %w", err, e)
+	}
+	return err
 }
 
 func (ss *snapshots) loadRecord(ctx context.Context, r record, try func(io.Reader) error) error {

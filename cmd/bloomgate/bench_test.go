@@ -183,7 +183,7 @@ func BenchmarkServeJoin(b *testing.B) {
 		if withDB {
 			db = "  postgres " + pg.DSN + "\n  slot bg_users\n  publication bg_users\n"
 		}
-		return "set users {\n" + db + "  table users\n  column email\n  fanout jetstream\n  nats nats://" + natsAddr +
+		return "set users {\n" + db + "  table users\n  column email\n  fanout jetstream\n  fanout-unsigned yes\n  nats nats://" + natsAddr +
 			"\n  snapshot-interval 1s\n  connect-timeout 10s\n}\n"
 	}
 	feederConf := filepath.Join(dir, "feeder.conf")

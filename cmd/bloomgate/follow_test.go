@@ -447,9 +447,9 @@ func TestServeFollowConfigErrors(t *testing.T) {
 			`set "users": publication: bg_nopub is missing`, "bloomgate feed setup")
 	})
 	t.Run("unreachable NATS", func(t *testing.T) {
-		runServeFail(t, bin, set("  fanout jetstream\n  nats nats://"+freeAddr(t)+"\n"), 15*time.Second, `set "users": nats:`)
+		runServeFail(t, bin, set("  fanout jetstream\n  fanout-unsigned yes\n  nats nats://"+freeAddr(t)+"\n"), 15*time.Second, `set "users": nats:`)
 	})
 	t.Run("unreachable Redis", func(t *testing.T) {
-		runServeFail(t, bin, set("  fanout redis\n  redis redis://"+freeAddr(t)+"\n"), 15*time.Second, `set "users": redis:`)
+		runServeFail(t, bin, set("  fanout redis\n  fanout-unsigned yes\n  redis redis://"+freeAddr(t)+"\n"), 15*time.Second, `set "users": redis:`)
 	})
 }

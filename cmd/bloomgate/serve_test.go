@@ -3,8 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
-	"github.com/bloomgate/bloomgate/internal/demo"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +15,9 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/bloomgate/bloomgate/internal/demo"
 
 	"github.com/redis/go-redis/v9"
 
@@ -360,5 +363,51 @@ func TestServeConfigUnknownKey(t *testing.T) {
 	out, err := exec.Command(bin, "serve", "-config", conf).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), `line 3: unknown key "maxmemroy"`) {
 		t.Errorf("unknown key: %v\n%s", err, out)
+	}
+}
+
+// TestServePreAuthConfig: preauth-maxclients and preauth-timeout from the
+// config file bound the connections that have not authenticated: past the
+// limit the oldest is closed, and an idle one is closed after the timeout
+// (10 s by default; here 300 ms, so a close seen within 5 s is the
+// setting's).
+func TestServePreAuthConfig(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	conf := filepath.Join(dir, "bloomgate.conf")
+	os.WriteFile(conf, []byte(fmt.Sprintf("resp %s\nrequirepass s3cret\npreauth-maxclients 2\npreauth-timeout 300ms\nauth-failure-delay 10ms\n", addr)), 0o644)
+	startServe(t, bin, "-config", conf, "-http", "", "-data", "")
+
+	closedWithin := func(c net.Conn, d time.Duration) bool {
+		c.SetReadDeadline(time.Now().Add(d))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	}
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// Past the limit: the oldest of three strangers is closed at once.
+	a, b := dial(), dial()
+	time.Sleep(50 * time.Millisecond) // a and b accepted before c
+	dial()
+	if !closedWithin(a, 200*time.Millisecond) {
+		t.Error("preauth-maxclients 2: the oldest of three unauthenticated connections was not closed")
+	}
+	// The timeout: b, idle, is closed well before the 10 s default.
+	if !closedWithin(b, 5*time.Second) {
+		t.Error("preauth-timeout 300ms: an idle unauthenticated connection was still open after 5 s")
+	}
+	// A client with the password is unaffected.
+	rdb := redis.NewClient(&redis.Options{Addr: addr, Password: "s3cret"})
+	defer rdb.Close()
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING with the password: %v", err)
 	}
 }

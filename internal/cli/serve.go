@@ -176,6 +176,8 @@ func serveMain(ctx context.Context, file *serveFile, log *slog.Logger, stdout io
 		respSrv, err = resp.New(resp.Config{
 			Store: store, Password: file.Password, TLSConfig: tlsConfig, MaxConns: file.MaxClients,
 			MaxBulkLen: file.MaxBulkLen, MaxArgs: file.MaxArgs, IdleTimeout: file.Timeout, Logger: log,
+			MaxPreAuthConns: file.PreAuthMaxClients, PreAuthTimeout: file.PreAuthTimeout,
+			AuthFailureDelay: file.AuthFailureDelay,
 		})
 		if err != nil {
 			return err

@@ -47,6 +47,9 @@ type serveFile struct {
 	MaxBulkLen                 int64
 	MaxArgs                    int
 	Timeout                    time.Duration // RESP idle timeout
+	PreAuthMaxClients          int           // resp.Config.MaxPreAuthConns
+	PreAuthTimeout             time.Duration // resp.Config.PreAuthTimeout
+	AuthFailureDelay           time.Duration // resp.Config.AuthFailureDelay
 	HTTPReadHeaderTimeout      time.Duration
 	HTTPIdleTimeout            time.Duration
 	TLSCertFile, TLSKeyFile    string
@@ -82,6 +85,8 @@ type setDecl struct {
 	Replicas int
 	NATS     natsDecl
 	Redis    string // redis:// or rediss:// URL
+	KeyFile  string // fanout-key-file: the shared MAC key (fanout Config.Key)
+	Unsigned bool   // fanout-unsigned yes: no key, the servers' permissions only
 }
 
 // natsDecl is how a set reaches NATS, as nats.go takes it.
@@ -204,6 +209,8 @@ func (s *setDecl) check() error {
 		return errors.New("fanout: the set's name must be 1-64 of A-Z a-z 0-9 _ - (it names the stream)")
 	case s.Fanout == "jetstream" && s.NATS.URLs == "":
 		return errors.New("fanout jetstream: give nats (a comma-separated list of URLs)")
+	case s.Fanout == "" && s.KeyFile != "":
+		return errors.New("fanout-key-file: the key signs a fan-out's messages: give fanout")
 	case s.Fanout == "redis" && s.Redis == "":
 		return errors.New("fanout redis: give redis (a redis:// URL)")
 	case s.Fanout != "" && s.feeder() && s.Postgres == "":
@@ -218,6 +225,16 @@ func (s *setDecl) check() error {
 		return errors.New("give query, or table and column")
 	case !s.Follow && (s.Slot != "" || s.Publication != "" || s.MaxLag != 0 || s.SnapshotInterval != 0):
 		return errors.New(`slot, publication, max-lag and snapshot-interval need the change feed; remove "follow no"`)
+	case s.Fanout == "" && s.Unsigned:
+		return errors.New("fanout-unsigned: give fanout")
+	case s.Fanout != "" && s.KeyFile != "" && s.Unsigned:
+		return errors.New(`fanout-key-file and "fanout-unsigned yes" contradict each other: give one`)
+	case s.Fanout != "" && s.KeyFile == "" && !s.Unsigned:
+		// Without a key, anyone who may write the stream can append a
+		// message instances cannot tell from the feeder's: a forged
+		// delete is a false negative. Unsigned is a choice, not a default.
+		return errors.New(`fanout: give fanout-key-file (a shared key that signs every message, so that no one else's is applied) ` +
+			`or "fanout-unsigned yes" (then only the NATS or Redis permissions keep others from writing the stream)`)
 	}
 	return nil
 }
@@ -254,6 +271,12 @@ func (f *serveFile) apply(l confLine) error {
 		f.MaxArgs, err = l.positiveInt()
 	case "timeout":
 		f.Timeout, err = l.duration()
+	case "preauth-maxclients":
+		f.PreAuthMaxClients, err = l.positiveInt()
+	case "preauth-timeout":
+		f.PreAuthTimeout, err = l.positiveDuration()
+	case "auth-failure-delay":
+		f.AuthFailureDelay, err = l.positiveDuration()
 	case "http-read-header-timeout":
 		f.HTTPReadHeaderTimeout, err = l.duration()
 	case "http-idle-timeout":
@@ -354,6 +377,13 @@ func (s *setDecl) apply(l confLine) error {
 		s.NATS.TLSKey = l.value
 	case "redis":
 		s.Redis = l.value
+	case "fanout-unsigned":
+		s.Unsigned, err = l.yesNo()
+	case "fanout-key-file":
+		if l.value == "" {
+			return l.errorf("want the path of a file holding the key")
+		}
+		s.KeyFile = l.value
 	default:
 		return fmt.Errorf("line %d: unknown key %q in set %q", l.n, l.key, s.Name)
 	}
@@ -374,6 +404,16 @@ func (l confLine) duration() (time.Duration, error) {
 	d, err := time.ParseDuration(l.value)
 	if err != nil || d < 0 {
 		return 0, l.errorf("want a duration such as 30s or 5m")
+	}
+	return d, nil
+}
+
+// positiveDuration is a duration above zero, for bounds where 0 would
+// mean "none" and so disarm a defence.
+func (l confLine) positiveDuration() (time.Duration, error) {
+	d, err := time.ParseDuration(l.value)
+	if err != nil || d <= 0 {
+		return 0, l.errorf("want a duration above zero such as 100ms or 10s")
 	}
 	return d, nil
 }

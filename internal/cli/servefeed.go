@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -63,6 +65,10 @@ func openKeeper(ctx context.Context, d setDecl, sc serve.SetConfig, dataDir stri
 
 	// A fanned-out set: every process is an instance of the stream; one
 	// with database credentials may also become the feeder.
+	key, err := readFanoutKey(d, log)
+	if err != nil {
+		return nil, closers, err
+	}
 	k := &fanoutKeeper{follow: follow, log: log}
 	var feederGate *bloomgate.Gate
 	if feed != nil {
@@ -89,7 +95,7 @@ func openKeeper(ctx context.Context, d setDecl, sc serve.SetConfig, dataDir stri
 		}
 		closers = append(closers, conn.Close)
 		set, err := jetstream.Open(cctx, jetstream.Config{JetStream: conn.JetStream(), Set: d.Name,
-			Replicas: d.Replicas, LeaseTTL: d.LeaseTTL, Logger: log})
+			Replicas: d.Replicas, LeaseTTL: d.LeaseTTL, Key: key, Logger: log})
 		if err != nil {
 			return nil, closers, fmt.Errorf("set %q: nats: %w", d.Name, timeoutHint(err, cctx, timeout))
 		}
@@ -112,7 +118,7 @@ func openKeeper(ctx context.Context, d setDecl, sc serve.SetConfig, dataDir stri
 		}
 		closers = append(closers, func() { client.Close() })
 		set, err := redisstream.Open(cctx, redisstream.Config{Client: client, Set: d.Name, LeaseTTL: d.LeaseTTL,
-			WaitReplicas: d.Replicas, Logger: log})
+			WaitReplicas: d.Replicas, Key: key, Logger: log})
 		if err != nil {
 			return nil, closers, fmt.Errorf("set %q: redis: %w", d.Name, timeoutHint(err, cctx, timeout))
 		}
@@ -138,6 +144,33 @@ func openKeeper(ctx context.Context, d setDecl, sc serve.SetConfig, dataDir stri
 		k.instance = dbHead{Feed: k.instance, db: feed}
 	}
 	return k, closers, nil
+}
+
+// minFanoutKey is the shortest key the fan-out takes (fanout Config.Key).
+const minFanoutKey = 16
+
+// readFanoutKey returns the set's fan-out MAC key from fanout-key-file, or
+// nil without one. The file's bytes are the key, less one trailing newline
+// (so `openssl rand -hex 32 > key` works); every process of the set must
+// read the same bytes. A file others can read is logged: the key is what
+// tells the feeder's messages from a forger's.
+func readFanoutKey(d setDecl, log *slog.Logger) ([]byte, error) {
+	if d.KeyFile == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(d.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("set %q: fanout-key-file: %w", d.Name, err)
+	}
+	b = bytes.TrimSuffix(bytes.TrimSuffix(b, []byte("\n")), []byte("\r"))
+	if len(b) < minFanoutKey {
+		return nil, fmt.Errorf("set %q: fanout-key-file: %s holds %d bytes; the key must be at least %d (such as the output of openssl rand -hex 32)",
+			d.Name, d.KeyFile, len(b), minFanoutKey)
+	}
+	if fi, err := os.Stat(d.KeyFile); err == nil && fi.Mode().Perm()&0o004 != 0 {
+		log.Warn("fanout-key-file is readable by every user of this machine; chmod 600 it", "set", d.Name, "file", d.KeyFile)
+	}
+	return b, nil
 }
 
 // dbHead is a fan-out instance whose Head is the database's.
