@@ -78,7 +78,9 @@ type FeedConfig struct {
 	// reply every StatusInterval, and one that sends nothing for Timeout is
 	// dropped and reconnected. Errors wrap changefeed.ErrTimeout. It does not
 	// bound the COPY of Bootstrap and Rebuild, nor slot creation, which waits
-	// for the transactions running on the server. Default 10s.
+	// for the transactions running on the server: while that wait lasts,
+	// the feed logs a warning every Timeout naming the sessions it waits
+	// for. Default 10s.
 	Timeout time.Duration
 	// MaxBackoff caps the wait between reconnection attempts, which starts
 	// at 100 ms and doubles. Default 10s.
@@ -408,8 +410,10 @@ func (f *Feed) Bootstrap(ctx context.Context, fn func(key []byte) error) (change
 		return 0, err
 	}
 	defer closeConn(conn)
+	stopWatch := f.watchSlotWait(ctx, r.slot) // slotwait.go
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, r.slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	stopWatch()
 	if err != nil {
 		return 0, classify("create slot "+r.slot, err)
 	}
@@ -490,8 +494,10 @@ func (f *Feed) Rebuild(ctx context.Context, fn func(key []byte) error) (changefe
 	if _, err := conn.Exec(ctx, "BEGIN READ ONLY ISOLATION LEVEL REPEATABLE READ").ReadAll(); err != nil {
 		return 0, fmt.Errorf("postgres: rebuild: %w", err)
 	}
+	stopWatch := f.watchSlotWait(ctx, tmp)
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, tmp, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Temporary: true, Mode: pglogrepl.LogicalReplication, SnapshotAction: "USE_SNAPSHOT"})
+	stopWatch()
 	if err != nil {
 		return 0, classify("rebuild: create temporary slot", err)
 	}

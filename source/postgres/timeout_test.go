@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
@@ -145,4 +147,66 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestBootstrapSaysWhatSlotCreationWaitsFor: a session idle in a
+// transaction that wrote something stalls slot creation (PostgreSQL waits
+// for it); the feed logs, within its Timeout, a warning naming that
+// session, and the bootstrap completes once the transaction ends.
+func TestBootstrapSaysWhatSlotCreationWaitsFor(t *testing.T) {
+	fx := newFeedFixture(t, "")
+	ctx := context.Background()
+	tx, err := fx.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "INSERT INTO "+fx.table+" (email) VALUES ('open@x')"); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	var lmu sync.Mutex
+	logged := func() string {
+		lmu.Lock()
+		defer lmu.Unlock()
+		return logs.String()
+	}
+	cfg := fx.cfg
+	cfg.Timeout = 300 * time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(lockedWriter{&lmu, &logs}, nil))
+	f, err := postgres.NewFeed(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Bootstrap(ctx, func([]byte) error { return nil })
+		done <- err
+	}()
+	want := fmt.Sprintf("pid %d", pid)
+	testsvc.Eventually(t, 30*time.Second, func() bool {
+		l := logged()
+		return strings.Contains(l, "waits for transactions") && strings.Contains(l, want)
+	}, "no warning naming the open transaction's session (%s)", want)
+	select {
+	case err := <-done:
+		t.Fatalf("Bootstrap returned (%v) while a transaction it must wait for was open", err)
+	default:
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Bootstrap after the commit: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Bootstrap still waiting a minute after the transaction committed")
+	}
 }
