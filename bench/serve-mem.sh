@@ -5,28 +5,70 @@
 # peak (VmHWM), and the filter's bytes (BF.INFO Size).
 #
 #   bench/serve-mem.sh [serve flags…]      (e.g. -appendfsync always)
+#   REDISBLOOM_MODULE=/path/to/redisbloom.so bench/serve-mem.sh …
 #
-# Needs redis-benchmark, redis-cli and go on PATH.
+# With REDISBLOOM_MODULE naming a RedisBloom module the user already has, the
+# same filter and adds then go to a private redis-server --loadmodule it (no
+# persistence; started after bloomgate's figures are taken), and its figures
+# and the ratios bloomgate / RedisBloom are printed too.
+#
+# Needs redis-benchmark, redis-cli and go on PATH (and redis-server for
+# RedisBloom).
 set -eu
+RB=${REDISBLOOM_MODULE:-}
+if [ -n "$RB" ] && [ ! -f "$RB" ]; then
+	echo "REDISBLOOM_MODULE=$RB: no such file" >&2
+	exit 2
+fi
 cd "$(dirname "$0")/.."
 TMP=$(mktemp -d)
-PID=
+PID= RB_PID=
 cleanup() {
 	[ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true
+	[ -n "$RB_PID" ] && kill "$RB_PID" 2>/dev/null && wait "$RB_PID" 2>/dev/null || true
 	rm -rf "$TMP"
 }
 trap cleanup EXIT INT TERM
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+fill() { # port
+	redis-cli -p "$1" BF.RESERVE big 0.01 10000000 >/dev/null
+	redis-benchmark -p "$1" -n 10000000 -P 64 -c 4 -r 1000000000 -q BF.ADD big __rand_int__ >/dev/null 2>&1
+	sleep 2
+}
 go build -o "$TMP/bloomgate" ./cmd/bloomgate
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PORT=$(freeport)
 "$TMP/bloomgate" serve -resp "127.0.0.1:$PORT" -http "" -data "$TMP/data" "$@" >"$TMP/out" 2>"$TMP/err" &
 PID=$!
 until grep -q ready "$TMP/out" 2>/dev/null; do sleep 0.1; done
-redis-cli -p "$PORT" BF.RESERVE big 0.01 10000000 >/dev/null
-redis-benchmark -p "$PORT" -n 10000000 -P 64 -c 4 -r 1000000000 -q BF.ADD big __rand_int__ >/dev/null 2>&1
-sleep 2
+fill "$PORT"
 size=$(redis-cli -p "$PORT" BF.INFO big SIZE | tail -1)
 rss=$(awk '/VmRSS/{print $2}' /proc/$PID/status)
 hwm=$(awk '/VmHWM/{print $2}' /proc/$PID/status)
 awk -v s="$size" -v r="$rss" -v h="$hwm" 'BEGIN{
 	printf "filter %.1f MB, RSS %.1f MB (%.2fx the filter), peak %.1f MB; goal 1.3x + 20 MB = %.1f MB\n",
 		s/1e6, r*1024/1e6, r*1024/s, h*1024/1e6, 1.3*s/1e6+20 }'
+[ -n "$RB" ] || exit 0
+
+RBP=$(freeport)
+mkdir "$TMP/rb"
+redis-server --port "$RBP" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP/rb" --logfile "$TMP/rb.log" --loadmodule "$RB" &
+RB_PID=$!
+for i in $(seq 100); do
+	redis-cli -p "$RBP" PING >/dev/null 2>&1 && break
+	sleep 0.1
+done
+if ! redis-cli -p "$RBP" MODULE LIST | grep -qx bf; then
+	echo "redis-server did not load $RB:" >&2
+	tail -5 "$TMP/rb.log" >&2
+	exit 1
+fi
+idle=$(awk '/VmRSS/{print $2}' /proc/$RB_PID/status)
+fill "$RBP"
+rsize=$(redis-cli -p "$RBP" BF.INFO big SIZE | tail -1)
+rrss=$(awk '/VmRSS/{print $2}' /proc/$RB_PID/status)
+rhwm=$(awk '/VmHWM/{print $2}' /proc/$RB_PID/status)
+awk -v s="$rsize" -v r="$rrss" -v h="$rhwm" -v i="$idle" 'BEGIN{
+	printf "RedisBloom: filter %.1f MB, RSS %.1f MB (%.2fx the filter), peak %.1f MB; idle redis-server %.1f MB\n",
+		s/1e6, r*1024/1e6, r*1024/s, h*1024/1e6, i*1024/1e6 }'
+awk -v s="$size" -v r="$rss" -v h="$hwm" -v rs="$rsize" -v rr="$rrss" -v rh="$rhwm" 'BEGIN{
+	printf "bloomgate / RedisBloom: filter %.2f, RSS %.2f, peak %.2f\n", s/rs, r/rr, h/rh }'
