@@ -6,6 +6,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -275,6 +276,7 @@ func TestDocumentedPermissions(t *testing.T) {
 
 	// Everything an instance's credentials might write with, refused.
 	forgeries := forgeWithInstanceCredentials(t, srv, name)
+	copies := copyLogWithInstanceCredentials(t, srv, name)
 	// None of it landed: the feeder's view of the assets.
 	j := fc.JetStream()
 	stream, err := j.Stream(ctx, "BG_"+name)
@@ -327,8 +329,44 @@ func TestDocumentedPermissions(t *testing.T) {
 	if _, err := obs.GetInfo(ctx, "forged"); err == nil {
 		t.Fatal("a forged object landed in the object store")
 	}
-	// The instance goes on: it still sees every new row.
+	// The instance goes on: it still sees every new row. The feeder
+	// appends them to the log meanwhile, which the instance's consumers of
+	// the log would deliver if they could.
 	checkRows("after")
+	for _, c := range copies {
+		m, err := fc.JetStream().Conn().RequestWithContext(ctx, "$JS.API.CONSUMER.INFO.BG_"+name+"."+c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ci struct {
+			Config    struct{ DeliverSubject string `json:"deliver_subject"` } `json:"config"`
+			Delivered struct{ Consumer uint64 `json:"consumer_seq"` } `json:"delivered"`
+			PushBound bool `json:"push_bound"`
+		}
+		if err := json.Unmarshal(m.Data, &ci); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the instance's consumer %s of the log, delivering to %s: push bound %v, %d delivered", c, ci.Config.DeliverSubject, ci.PushBound, ci.Delivered.Consumer)
+		if ci.PushBound || ci.Delivered.Consumer > 0 {
+			t.Errorf("the instance's consumer of the log delivered %d messages to %s", ci.Delivered.Consumer, ci.Config.DeliverSubject)
+		}
+	}
+	for _, bucket := range []string{"BG_" + name + "_pos", "BG_" + name + "_lease"} {
+		kv, err := fc.JetStream().KeyValue(ctx, bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Get(ctx, "forged"); err == nil {
+			t.Errorf("a copy of the log landed in %s", bucket)
+		}
+	}
+	ost, err := fc.JetStream().Stream(ctx, "OBJ_BG_"+name+"_snap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ost.GetLastMsgForSubject(ctx, "$O.BG_"+name+"_snap.M.forged"); err == nil {
+		t.Error("a copy of the log landed in the object store")
+	}
 }
 
 // forgeWithInstanceCredentials tries, as the instance user, every write of
@@ -354,17 +392,39 @@ func forgeWithInstanceCredentials(t *testing.T, srv *permServer, name string) []
 	}
 	forged := func(what string) []byte { return []byte("forged " + what + " " + name) }
 	var payloads [][]byte
+	// attempt runs op and returns as soon as it fails or the server reports
+	// a permission refused meanwhile (the client does not fail a request
+	// whose publish the server refused: it would wait for its timeout).
 	attempt := func(what string, op func(ctx context.Context, p []byte) error) {
 		t.Helper()
 		p := forged(what)
 		payloads = append(payloads, p)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		mu.Lock()
+		before := len(refused)
+		mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := op(ctx, p); err == nil {
-			t.Errorf("the instance's credentials could %s", what)
-		} else {
-			t.Logf("refused: %s: %v", what, err)
+		done := make(chan error, 1)
+		go func() { done <- op(ctx, p) }()
+		var err error
+		for err == nil {
+			select {
+			case err = <-done:
+				if err == nil {
+					t.Errorf("the instance's credentials could %s", what)
+					return
+				}
+			case <-time.After(time.Millisecond):
+				mu.Lock()
+				if len(refused) > before {
+					err = errors.New(refused[before])
+				}
+				mu.Unlock()
+			}
 		}
+		cancel()
+		<-done
+		t.Logf("refused: %s: %v", what, err)
 	}
 	subject := "bloomgate." + name
 	attempt("publish to the log subject", func(ctx context.Context, p []byte) error {
@@ -436,35 +496,72 @@ func forgeWithInstanceCredentials(t *testing.T, srv *permServer, name string) []
 		return err
 	})
 	// A push consumer delivers a stream's messages to the subject its
-	// creator names: a consumer on one of the set's streams that delivers
-	// into another of them would copy the feeder's messages where they do
-	// not belong (a heartbeat into the log, the log into a record).
-	for _, tc := range []struct{ stream, deliver string }{
-		{"KV_BG_" + name + "_pos", subject},
-		{"BG_" + name, "$KV.BG_" + name + "_pos.head"},
-		{"OBJ_BG_" + name + "_snap", "$KV.BG_" + name + "_pos.snapshot"},
-	} {
-		attempt("create a consumer of "+tc.stream+" delivering to "+tc.deliver, func(ctx context.Context, _ []byte) error {
-			req, _ := json.Marshal(map[string]any{"stream_name": tc.stream, "config": map[string]any{
-				"deliver_subject": tc.deliver, "deliver_policy": "last", "ack_policy": "none"}})
-			m, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE."+tc.stream, req)
-			if err != nil {
-				return err
-			}
-			var resp struct {
-				Error *struct{ Description string } `json:"error"`
-			}
-			if err := json.Unmarshal(m.Data, &resp); err != nil {
-				return err
-			}
-			if resp.Error != nil {
-				return fmt.Errorf("%s", resp.Error.Description)
-			}
-			return nil
+	// creator names, and the server checks no permission on that subject:
+	// a consumer on the heartbeat bucket delivering into the log subject
+	// would copy every heartbeat into the log. Instances may create
+	// consumers on the log's stream only.
+	for i, st := range []string{"KV_BG_" + name + "_pos", "KV_BG_" + name + "_lease", "OBJ_BG_" + name + "_snap"} {
+		attempt("create a consumer of "+st+" delivering to "+subject, func(ctx context.Context, _ []byte) error {
+			return createPushConsumer(ctx, nc, st, fmt.Sprint("forged", i), subject)
 		})
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	t.Logf("the server refused %d operations of the instance's credentials", len(refused))
 	return payloads
+}
+
+// logCopies are the subjects a push consumer of the log, which an
+// instance's credentials may create, is pointed at by
+// copyLogWithInstanceCredentials.
+func logCopies(name string) []string {
+	return []string{"$KV.BG_" + name + "_pos.forged", "$KV.BG_" + name + "_lease.forged", "$O.BG_" + name + "_snap.M.forged"}
+}
+
+// copyLogWithInstanceCredentials creates, as the instance user, push
+// consumers of the log delivering into the buckets and the object store.
+// The server accepts them (the instance may create consumers of the log,
+// and the deliver subject is not checked); the test then shows that
+// nothing is delivered: the buckets' streams capture wildcard subjects,
+// which are no interest on a literal deliver subject.
+func copyLogWithInstanceCredentials(t *testing.T, srv *permServer, name string) []string {
+	t.Helper()
+	nc, err := nats.Connect(srv.url, nats.UserInfo("instance", "instance"), nats.Name("forger"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var names []string
+	for i, subj := range logCopies(name) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cname := fmt.Sprint("copy", i)
+		if err := createPushConsumer(ctx, nc, "BG_"+name, cname, subj); err != nil {
+			t.Logf("instance: a consumer of the log delivering to %s: %v", subj, err)
+		} else {
+			names = append(names, cname)
+		}
+		cancel()
+	}
+	return names
+}
+
+// createPushConsumer creates a push consumer of stream, from its first
+// message, delivering to deliver.
+func createPushConsumer(ctx context.Context, nc *nats.Conn, stream, name, deliver string) error {
+	req, _ := json.Marshal(map[string]any{"stream_name": stream, "config": map[string]any{
+		"name": name, "deliver_subject": deliver, "deliver_policy": "all", "ack_policy": "none"}})
+	m, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE."+stream+"."+name, req)
+	if err != nil {
+		return err
+	}
+	var resp struct {
+		Error *struct{ Description string } `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return err
+	}
+	if resp.Error != nil {
+		return errors.New(resp.Error.Description)
+	}
+	return nil
 }
