@@ -339,8 +339,12 @@ func TestDocumentedPermissions(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ci struct {
-			Config    struct{ DeliverSubject string `json:"deliver_subject"` } `json:"config"`
-			Delivered struct{ Consumer uint64 `json:"consumer_seq"` } `json:"delivered"`
+			Config struct {
+				DeliverSubject string `json:"deliver_subject"`
+			} `json:"config"`
+			Delivered struct {
+				Consumer uint64 `json:"consumer_seq"`
+			} `json:"delivered"`
 			PushBound bool `json:"push_bound"`
 		}
 		if err := json.Unmarshal(m.Data, &ci); err != nil {
