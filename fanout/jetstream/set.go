@@ -36,6 +36,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"log/slog"
 	"strconv"
@@ -106,6 +107,7 @@ type Set struct {
 	pos     js.KeyValue
 	lease   js.KeyValue
 	objects js.ObjectStore
+	objStr  js.Stream // the object store's stream, read by sequence
 }
 
 // Open creates the set's stream, buckets and object store if they do not
@@ -152,6 +154,9 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 		Bucket: "BG_" + cfg.Set + "_snap", Replicas: cfg.Replicas, Storage: js.FileStorage,
 	}); err != nil {
 		return nil, err
+	}
+	if s.objStr, err = j.Stream(ctx, "OBJ_BG_"+cfg.Set+"_snap"); err != nil {
+		return nil, fmt.Errorf("jetstream: object store BG_%s_snap: %w", cfg.Set, err)
 	}
 	return s, nil
 }
@@ -539,20 +544,72 @@ func (s *jsStore) PutObject(ctx context.Context, name string, r io.Reader) error
 	return err
 }
 
+// GetObject reads the object's chunks one by one from the object store's
+// stream (direct gets by subject), not through a consumer as the client's
+// ObjectStore.Get does: an instance then needs no right to create consumers
+// on the object store's stream, a right that would let its credentials copy
+// the stream's messages into the log (a push consumer delivers to any
+// subject its creator names; docs/operations.md).
 func (s *jsStore) GetObject(ctx context.Context, name string) (io.ReadCloser, int64, error) {
-	res, err := s.objects.Get(ctx, name)
+	info, err := s.objects.GetInfo(ctx, name)
 	if errors.Is(err, js.ErrObjectNotFound) {
 		return nil, 0, fmt.Errorf("%w: object %s", fanout.ErrNotFound, name)
 	}
 	if err != nil {
 		return nil, 0, err
 	}
-	var size int64
-	if info, err := res.Info(); err == nil {
-		size = int64(info.Size)
+	if info.Opts != nil && info.Opts.Link != nil {
+		return nil, 0, fmt.Errorf("jetstream: object %s is a link", name)
 	}
-	return res, size, nil
+	return &chunkReader{ctx: ctx, stream: s.objStr, subject: "$O.BG_" + s.cfg.Set + "_snap.C." + info.NUID,
+		left: info.Chunks, size: info.Size, digest: info.Digest, h: sha256.New(), seq: 1}, int64(info.Size), nil
 }
+
+// chunkReader reads an object's chunks in order and checks their size and
+// digest at the end.
+type chunkReader struct {
+	ctx     context.Context
+	stream  js.Stream
+	subject string
+	left    uint32 // chunks not read yet
+	size    uint64
+	read    uint64
+	digest  string
+	h       hash.Hash
+	seq     uint64 // where the next chunk's search starts
+	buf     []byte
+	err     error
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 && r.err == nil {
+		if r.left == 0 {
+			r.err = io.EOF
+			if r.read != r.size || js.GetObjectDigestValue(r.h) != r.digest {
+				r.err = fmt.Errorf("jetstream: object %s: %d bytes, digest %s; want %d bytes, %s",
+					r.subject, r.read, js.GetObjectDigestValue(r.h), r.size, r.digest)
+			}
+			break
+		}
+		m, err := r.stream.GetMsg(r.ctx, r.seq, js.WithGetMsgSubject(r.subject))
+		if err != nil {
+			r.err = fmt.Errorf("jetstream: object chunk %s after sequence %d: %w", r.subject, r.seq, err)
+			break
+		}
+		r.seq, r.buf = m.Sequence+1, m.Data
+		r.h.Write(m.Data)
+		r.read += uint64(len(m.Data))
+		r.left--
+	}
+	if len(r.buf) == 0 {
+		return 0, r.err
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+func (r *chunkReader) Close() error { return nil }
 
 func (s *jsStore) Objects(ctx context.Context) ([]string, error) {
 	infos, err := s.objects.List(ctx)

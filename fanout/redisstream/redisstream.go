@@ -136,10 +136,15 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 	p := "bg:{" + cfg.Set + "}:"
 	s := &Set{cfg: cfg, prefix: p, log: p + "log", lease: p + "lease", term: p + "term", objs: p + "objects", conf: p + "config"}
 	want := fmt.Sprintf("maxlen=%d lease_ttl=%v wait_replicas=%d", cfg.MaxLen, cfg.LeaseTTL, cfg.WaitReplicas)
-	if err := cfg.Client.SetNX(ctx, s.conf, want, 0).Err(); err != nil {
-		return nil, fmt.Errorf("redisstream: %w", err)
-	}
+	// Read first: an instance's user may not write, and finds the settings
+	// its set's feeder recorded.
 	have, err := cfg.Client.Get(ctx, s.conf).Result()
+	if errors.Is(err, redis.Nil) {
+		if err := cfg.Client.SetNX(ctx, s.conf, want, 0).Err(); err != nil {
+			return nil, fmt.Errorf("redisstream: %w", err)
+		}
+		have, err = cfg.Client.Get(ctx, s.conf).Result()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: %w", err)
 	}
