@@ -201,23 +201,67 @@ func (st *scalableState) mayContain(h uint64) bool {
 
 // AddHash inserts a key by its hash (see Hash). See Add.
 func (f *Scalable) AddHash(h uint64) error {
+	if _, err := f.addAbsent(h); err != nil {
+		return err
+	}
+	f.items.Add(1)
+	return nil
+}
+
+// AddAbsentHashes adds, in order, each of hs the filter may not hold yet
+// (as AddHash would; a hash repeated in hs is added once), and reports in
+// added[i] whether hs[i] was added. Unlike AddHash it counts in Items only
+// the hashes it added, so a caller that counts distinct keys (BF.CARD) can
+// keep its count and Items equal. It returns how many of hs it went through:
+// all of them, or, with an error wrapping ErrFull, the index of the hash the
+// filter refused (added[:n] holds the answers; the hashes from n on were
+// not looked at). It panics if len(added) < len(hs) and does not allocate.
+//
+// The blocks of a group of hashes are fetched from every sub-filter before
+// the group is looked up and added, so their cache misses overlap; the
+// answers are those of one AddHash after the other.
+func (f *Scalable) AddAbsentHashes(hs []uint64, added []bool) (int, error) {
+	added = added[:len(hs)]
+	var n uint64
+	for i := 0; i < len(hs); i += hashGroup {
+		end := min(i+hashGroup, len(hs))
+		for _, s := range f.state.Load().subs {
+			s.prefetch(hs[i:end])
+		}
+		for j := i; j < end; j++ {
+			a, err := f.addAbsent(hs[j])
+			if err != nil {
+				f.items.Add(n)
+				return j, err
+			}
+			added[j] = a
+			if a {
+				n++
+			}
+		}
+	}
+	f.items.Add(n)
+	return len(hs), nil
+}
+
+// addAbsent adds h unless the filter may hold it, and reports whether it
+// did. It does not count h in f.items.
+func (f *Scalable) addAbsent(h uint64) (bool, error) {
 	for {
 		st := f.state.Load()
 		if st.mayContain(h) {
-			break
+			return false, nil
 		}
 		cur := st.subs[len(st.subs)-1]
 		if cur.reserved.Add(1) <= cur.capacity {
 			cur.AddHash(h)
-			break
+			return true, nil
 		}
 		cur.reserved.Add(^uint64(0)) // give the place back
 		if err := f.addSub(st); err != nil {
-			return err
+			return false, err
 		}
 	}
-	f.items.Add(1)
-	return nil
 }
 
 // addSub adds a sub-filter after the newest of st, unless another goroutine
