@@ -189,6 +189,37 @@ func (f *Scalable) MayContainHash(h uint64) bool {
 	return f.state.Load().mayContain(h)
 }
 
+// MayContainHashMany is MayContainHash for many hashes: out[i] reports what
+// MayContainHash(hs[i]) would, and it returns how many may be present. The
+// blocks of the next group of hashes are fetched from every sub-filter while
+// this group is looked up, so their cache misses overlap. It panics if
+// len(out) < len(hs) and does not allocate; every key whose Add returned
+// before the call is reported present.
+func (f *Scalable) MayContainHashMany(hs []uint64, out []bool) int {
+	out = out[:len(hs)]
+	st := f.state.Load()
+	st.prefetch(hs[:min(len(hs), hashGroup)])
+	n := 0
+	for i := 0; i < len(hs); i += hashGroup {
+		end := min(i+hashGroup, len(hs))
+		st.prefetch(hs[end:min(end+hashGroup, len(hs))])
+		for j := i; j < end; j++ {
+			out[j] = st.mayContain(hs[j])
+			if out[j] {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// prefetch starts loading the blocks of hs in every sub-filter.
+func (st *scalableState) prefetch(hs []uint64) {
+	for _, s := range st.subs {
+		s.prefetch(hs)
+	}
+}
+
 func (st *scalableState) mayContain(h uint64) bool {
 	// Newest first: the newest sub-filter holds about half of the keys.
 	for i := len(st.subs) - 1; i >= 0; i-- {
@@ -217,17 +248,16 @@ func (f *Scalable) AddHash(h uint64) error {
 // filter refused (added[:n] holds the answers; the hashes from n on were
 // not looked at). It panics if len(added) < len(hs) and does not allocate.
 //
-// The blocks of a group of hashes are fetched from every sub-filter before
-// the group is looked up and added, so their cache misses overlap; the
-// answers are those of one AddHash after the other.
+// The blocks of the next group of hashes are fetched from every sub-filter
+// while this group is looked up and added, so their cache misses overlap;
+// the answers are those of one AddHash after the other.
 func (f *Scalable) AddAbsentHashes(hs []uint64, added []bool) (int, error) {
 	added = added[:len(hs)]
 	var n uint64
+	f.state.Load().prefetch(hs[:min(len(hs), hashGroup)])
 	for i := 0; i < len(hs); i += hashGroup {
 		end := min(i+hashGroup, len(hs))
-		for _, s := range f.state.Load().subs {
-			s.prefetch(hs[i:end])
-		}
+		f.state.Load().prefetch(hs[end:min(end+hashGroup, len(hs))])
 		for j := i; j < end; j++ {
 			a, err := f.addAbsent(hs[j])
 			if err != nil {
