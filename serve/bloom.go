@@ -146,14 +146,15 @@ func (s *Store) BFAdd(name string, items [][]byte, create BloomParams, noCreate 
 		for i, it := range items {
 			hs[i] = o.bf.Hash(it)
 		}
-		if hashes := o.bloomCandidates(hs, make([]bool, len(hs))); len(hashes) > 0 {
+		flags := make([]bool, len(hs)) // the lookups' answers, then the replies
+		if hashes := o.bloomCandidates(hs, flags); len(hashes) > 0 {
 			pos, err = s.commit(o, opAdd, hashes)
 			if err != nil {
 				o.mu.Unlock()
 				return nil, nil, err
 			}
 		}
-		added, stop := o.bloomAdd(hs)
+		added, stop := o.bloomAdd(hs, flags)
 		s.remeasure(o)
 		o.mu.Unlock()
 		return added, stop, s.waitDurable(pos)
@@ -203,9 +204,9 @@ func dedupFirst(hs []uint64) []uint64 {
 // hold it already, so added[i] is what a MayContainHash and then an AddHash
 // for one item after the other would report. The filter takes them in one batch
 // (filter.Scalable.AddAbsentHashes), which fetches the blocks of a group of
-// items before it looks them up.
-func (o *object) bloomAdd(hs []uint64) (added []bool, stop error) {
-	added = make([]bool, len(hs))
+// items before it looks them up. The replies go into buf, len(hs) long.
+func (o *object) bloomAdd(hs []uint64, buf []bool) (added []bool, stop error) {
+	added = buf
 	n, err := o.bf.AddAbsentHashes(hs, added)
 	added = added[:n]
 	o.countNew(added)
