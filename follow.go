@@ -744,10 +744,19 @@ func (fl *follower) hashTxn(t changefeed.Txn) hashedTxn {
 
 // applyTo applies a transaction to f, the serving filter or a rebuild's:
 // its adds first, so a key deleted and inserted again in one transaction is
-// never absent, then its removes where f can remove.
+// never absent, then its removes where f can remove. A Bloom filter takes
+// the adds in one batch (filter.Bloom.AddHashMany: the blocks of a group of
+// keys are fetched while the group before is set), which never refuses a key;
+// like one AddHash after the other, it has set every key's bits when it
+// returns, before the caller moves the position past the transaction.
 func (fl *follower) applyTo(f Filter, t hashedTxn, serving bool) {
 	g := fl.g
-	for _, h := range t.adds {
+	adds := t.adds
+	if b, ok := f.(*filter.Bloom); ok {
+		b.AddHashMany(adds)
+		adds = nil
+	}
+	for _, h := range adds {
 		if err := f.AddHash(h); err != nil {
 			if serving {
 				// Full: fail open until a larger filter is built, at once.

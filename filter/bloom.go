@@ -124,8 +124,9 @@ func (f *Bloom) addHash(h uint64) {
 }
 
 // setBits sets h's K bits with atomic OR, one locked instruction per word
-// that lacks one of them.
-func (f *Bloom) setBits(h uint64) {
+// that lacks one of them, and reports whether any was missing: whether
+// MayContainHash(h) was false just before.
+func (f *Bloom) setBits(h uint64) (added bool) {
 	b := f.block(h)
 	var m [blockWords]uint64
 	g := h
@@ -138,8 +139,10 @@ func (f *Bloom) setBits(h uint64) {
 		// Skip the locked instruction when the bits are already there.
 		if m[j] != 0 && atomic.LoadUint64(&b[j])&m[j] != m[j] {
 			atomic.OrUint64(&b[j], m[j])
+			added = true
 		}
 	}
+	return added
 }
 
 // MayContainHash reports whether the key with hash h may be in the filter.

@@ -94,3 +94,67 @@ func TestBloomAddManyAllocs(t *testing.T) {
 		t.Fatalf("AddMany allocates %.1f times", n)
 	}
 }
+
+// TestBloomAddHashManyNewMatchesAdd: AddHashManyNew sets the bits AddHash
+// sets, counts every hash, and reports as new exactly the hashes that
+// MayContainHash reported absent just before each AddHash, one at a time:
+// repeats within a batch and the false positives earlier keys of the batch
+// cause included (a small, overfilled filter makes those common).
+func TestBloomAddHashManyNewMatchesAdd(t *testing.T) {
+	keys := filtertest.Emails(3000, 5)
+	for _, n := range []int{0, 1, 31, 32, 33, 65, 3000} {
+		cfg := filter.BloomConfig{Capacity: 300, FPRate: 0.05, Seed: 9}
+		want, _ := filter.NewBloom(cfg)
+		hs := make([]uint64, 0, 2*n)
+		for i, k := range keys[:n] {
+			hs = append(hs, want.Hash(k))
+			if i%3 == 0 {
+				hs = append(hs, want.Hash(keys[i/2])) // a repeat, in this batch or an earlier key
+			}
+		}
+		wantNew := make([]bool, len(hs))
+		wantN := 0
+		for i, h := range hs {
+			wantNew[i] = !want.MayContainHash(h)
+			if wantNew[i] {
+				wantN++
+			}
+			want.AddHash(h)
+		}
+		got, _ := filter.NewBloom(cfg)
+		added := make([]bool, len(hs)+1)
+		added[len(hs)] = true // past the batch: left alone
+		if m := got.AddHashManyNew(hs, added); m != wantN {
+			t.Fatalf("n=%d: %d new, want %d", n, m, wantN)
+		}
+		for i := range hs {
+			if added[i] != wantNew[i] {
+				t.Fatalf("n=%d: hash %d new=%v, one at a time %v", n, i, added[i], wantNew[i])
+			}
+		}
+		if !added[len(hs)] {
+			t.Fatalf("n=%d: AddHashManyNew wrote past len(hs)", n)
+		}
+		var w, g bytes.Buffer
+		want.WriteTo(&w)
+		got.WriteTo(&g)
+		if !bytes.Equal(g.Bytes(), w.Bytes()) {
+			t.Fatalf("n=%d: AddHashManyNew encodes differently from AddHash", n)
+		}
+		if got.Items() != uint64(len(hs)) {
+			t.Fatalf("n=%d: %d items, want %d", n, got.Items(), len(hs))
+		}
+	}
+}
+
+func TestBloomAddHashManyNewAllocs(t *testing.T) {
+	f, _ := filter.NewBloom(filter.BloomConfig{Capacity: 1000, FPRate: 0.01})
+	hs := make([]uint64, 100)
+	for i := range hs {
+		hs[i] = f.Hash([]byte{byte(i), byte(i >> 8)})
+	}
+	added := make([]bool, len(hs))
+	if n := testing.AllocsPerRun(100, func() { f.AddHashManyNew(hs, added) }); n != 0 {
+		t.Fatalf("AddHashManyNew allocates %.1f times", n)
+	}
+}

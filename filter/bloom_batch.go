@@ -100,6 +100,33 @@ func (f *Bloom) AddHashMany(hs []uint64) error {
 	return nil
 }
 
+// AddHashManyNew is AddHashMany that also reports, in added[i], whether
+// hs[i] was new: whether MayContainHash(hs[i]) was false just before it was
+// added, as if each hash were looked up and added in turn (so a hash repeated
+// in hs is new at most once). It returns how many were new, panics if
+// len(added) < len(hs) before adding anything, and does not allocate. Like
+// AddHashMany it counts every hash in Items. A caller that answers "was
+// this new?" per key (BF.MADD) thus gets the answers of one-at-a-time adds
+// at the batch's speed.
+func (f *Bloom) AddHashManyNew(hs []uint64, added []bool) int {
+	added = added[:len(hs)]
+	f.prefetch(hs[:min(len(hs), hashGroup)])
+	n := 0
+	for i := 0; i < len(hs); i += hashGroup {
+		end := min(i+hashGroup, len(hs))
+		f.prefetch(hs[end:min(end+hashGroup, len(hs))])
+		for j, h := range hs[i:end] {
+			a := f.setBits(h)
+			added[i+j] = a
+			if a {
+				n++
+			}
+		}
+	}
+	f.items.Add(uint64(len(hs)))
+	return n
+}
+
 func addKeys[K string | []byte](f *Bloom, keys []K) {
 	var ring [2][hashGroup]uint64
 	prev, g := 0, 0

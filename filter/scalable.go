@@ -189,6 +189,37 @@ func (f *Scalable) MayContainHash(h uint64) bool {
 	return f.state.Load().mayContain(h)
 }
 
+// MayContainHashMany is MayContainHash for many hashes: out[i] reports what
+// MayContainHash(hs[i]) would, and it returns how many may be present. The
+// blocks of the next group of hashes are fetched from every sub-filter while
+// this group is looked up, so their cache misses overlap. It panics if
+// len(out) < len(hs) and does not allocate; every key whose Add returned
+// before the call is reported present.
+func (f *Scalable) MayContainHashMany(hs []uint64, out []bool) int {
+	out = out[:len(hs)]
+	st := f.state.Load()
+	st.prefetch(hs[:min(len(hs), hashGroup)])
+	n := 0
+	for i := 0; i < len(hs); i += hashGroup {
+		end := min(i+hashGroup, len(hs))
+		st.prefetch(hs[end:min(end+hashGroup, len(hs))])
+		for j := i; j < end; j++ {
+			out[j] = st.mayContain(hs[j])
+			if out[j] {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// prefetch starts loading the blocks of hs in every sub-filter.
+func (st *scalableState) prefetch(hs []uint64) {
+	for _, s := range st.subs {
+		s.prefetch(hs)
+	}
+}
+
 func (st *scalableState) mayContain(h uint64) bool {
 	// Newest first: the newest sub-filter holds about half of the keys.
 	for i := len(st.subs) - 1; i >= 0; i-- {
@@ -201,23 +232,66 @@ func (st *scalableState) mayContain(h uint64) bool {
 
 // AddHash inserts a key by its hash (see Hash). See Add.
 func (f *Scalable) AddHash(h uint64) error {
+	if _, err := f.addAbsent(h); err != nil {
+		return err
+	}
+	f.items.Add(1)
+	return nil
+}
+
+// AddAbsentHashes adds, in order, each of hs the filter may not hold yet
+// (as AddHash would; a hash repeated in hs is added once), and reports in
+// added[i] whether hs[i] was added. Unlike AddHash it counts in Items only
+// the hashes it added, so a caller that counts distinct keys (BF.CARD) can
+// keep its count and Items equal. It returns how many of hs it went through:
+// all of them, or, with an error wrapping ErrFull, the index of the hash the
+// filter refused (added[:n] holds the answers; the hashes from n on were
+// not looked at). It panics if len(added) < len(hs) and does not allocate.
+//
+// The blocks of the next group of hashes are fetched from every sub-filter
+// while this group is looked up and added, so their cache misses overlap;
+// the answers are those of one AddHash after the other.
+func (f *Scalable) AddAbsentHashes(hs []uint64, added []bool) (int, error) {
+	added = added[:len(hs)]
+	var n uint64
+	f.state.Load().prefetch(hs[:min(len(hs), hashGroup)])
+	for i := 0; i < len(hs); i += hashGroup {
+		end := min(i+hashGroup, len(hs))
+		f.state.Load().prefetch(hs[end:min(end+hashGroup, len(hs))])
+		for j := i; j < end; j++ {
+			a, err := f.addAbsent(hs[j])
+			if err != nil {
+				f.items.Add(n)
+				return j, err
+			}
+			added[j] = a
+			if a {
+				n++
+			}
+		}
+	}
+	f.items.Add(n)
+	return len(hs), nil
+}
+
+// addAbsent adds h unless the filter may hold it, and reports whether it
+// did. It does not count h in f.items.
+func (f *Scalable) addAbsent(h uint64) (bool, error) {
 	for {
 		st := f.state.Load()
 		if st.mayContain(h) {
-			break
+			return false, nil
 		}
 		cur := st.subs[len(st.subs)-1]
 		if cur.reserved.Add(1) <= cur.capacity {
 			cur.AddHash(h)
-			break
+			return true, nil
 		}
 		cur.reserved.Add(^uint64(0)) // give the place back
 		if err := f.addSub(st); err != nil {
-			return err
+			return false, err
 		}
 	}
-	f.items.Add(1)
-	return nil
 }
 
 // addSub adds a sub-filter after the newest of st, unless another goroutine

@@ -567,3 +567,75 @@ func BenchmarkScalable(b *testing.B) {
 		})
 	}
 }
+
+// TestScalableAddAbsentHashesMatchesAdd: AddAbsentHashes answers and adds
+// exactly as MayContainHash then AddHash per hash, skipping the ones held,
+// do: across several scale-ups of a small filter, with repeats in a batch,
+// and up to the refusal of a NoScale filter, where it stops. Items counts
+// only the hashes added.
+func TestScalableAddAbsentHashesMatchesAdd(t *testing.T) {
+	keys := filtertest.Emails(4000, 3)
+	for _, noScale := range []bool{false, true} {
+		cfg := filter.ScalableConfig{InitialCapacity: 50, FPRate: 0.05, NoScale: noScale, Seed: 4}
+		want, _ := filter.NewScalable(cfg)
+		got, _ := filter.NewScalable(cfg)
+		var wantItems uint64
+		for start := 0; start < len(keys); {
+			size := 1 + start%97 // batches of many sizes
+			var hs []uint64
+			for i, k := range keys[start:min(start+size, len(keys))] {
+				hs = append(hs, want.Hash(k))
+				if i%4 == 1 {
+					hs = append(hs, hs[i/2])
+				}
+			}
+			start += size
+			wantNew := make([]bool, 0, len(hs))
+			var wantErr error
+			for _, h := range hs {
+				if want.MayContainHash(h) {
+					wantNew = append(wantNew, false)
+					continue
+				}
+				if wantErr = want.AddHash(h); wantErr != nil {
+					break
+				}
+				wantItems++
+				wantNew = append(wantNew, true)
+			}
+			added := make([]bool, len(hs))
+			n, err := got.AddAbsentHashes(hs, added)
+			if (err != nil) != (wantErr != nil) || n != len(wantNew) {
+				t.Fatalf("noScale=%v: AddAbsentHashes went through %d, %v; one at a time %d, %v", noScale, n, err, len(wantNew), wantErr)
+			}
+			if err != nil && !errors.Is(err, filter.ErrFull) {
+				t.Fatalf("refusal %v does not wrap ErrFull", err)
+			}
+			for i := range wantNew {
+				if added[i] != wantNew[i] {
+					t.Fatalf("noScale=%v: hash %d added=%v, one at a time %v", noScale, i, added[i], wantNew[i])
+				}
+			}
+			if got.Items() != wantItems || got.Filters() != want.Filters() {
+				t.Fatalf("noScale=%v: %d items in %d sub-filters, want %d in %d", noScale, got.Items(), got.Filters(), wantItems, want.Filters())
+			}
+			if err != nil {
+				break
+			}
+		}
+		if !noScale && got.Filters() < 5 {
+			t.Fatalf("the filter grew to only %d sub-filters", got.Filters())
+		}
+		var w, g bytes.Buffer
+		want.WriteTo(&w)
+		got.WriteTo(&g)
+		if !bytes.Equal(g.Bytes(), w.Bytes()) {
+			t.Fatalf("noScale=%v: AddAbsentHashes encodes differently", noScale)
+		}
+		for _, k := range keys[:200] {
+			if want.MayContain(k) && !got.MayContain(k) {
+				t.Fatalf("false negative for %s", k)
+			}
+		}
+	}
+}

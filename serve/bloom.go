@@ -146,14 +146,15 @@ func (s *Store) BFAdd(name string, items [][]byte, create BloomParams, noCreate 
 		for i, it := range items {
 			hs[i] = o.bf.Hash(it)
 		}
-		if hashes := o.bloomCandidates(hs); len(hashes) > 0 {
+		flags := make([]bool, len(hs)) // the lookups' answers, then the replies
+		if hashes := o.bloomCandidates(hs, flags); len(hashes) > 0 {
 			pos, err = s.commit(o, opAdd, hashes)
 			if err != nil {
 				o.mu.Unlock()
 				return nil, nil, err
 			}
 		}
-		added, stop := o.bloomAdd(hs)
+		added, stop := o.bloomAdd(hs, flags)
 		s.remeasure(o)
 		o.mu.Unlock()
 		return added, stop, s.waitDurable(pos)
@@ -161,45 +162,87 @@ func (s *Store) BFAdd(name string, items [][]byte, create BloomParams, noCreate 
 }
 
 // bloomCandidates returns the hashes o does not hold yet, each once: the
-// opAdd record for adding them. Call with o.mu held.
-func (o *object) bloomCandidates(hs []uint64) []uint64 {
+// opAdd record for adding them. The lookups go in one batch
+// (filter.Scalable.MayContainHashMany) into held, len(hs) long. Call with
+// o.mu held.
+func (o *object) bloomCandidates(hs []uint64, held []bool) []uint64 {
+	if o.bf.MayContainHashMany(hs, held) == len(hs) {
+		return nil
+	}
 	var hashes []uint64
-	for _, h := range hs {
-		if !o.bf.MayContainHash(h) && !slices.Contains(hashes, h) {
+	for i, h := range hs {
+		if !held[i] {
 			hashes = append(hashes, h)
 		}
 	}
-	return hashes
+	return dedupFirst(hashes)
+}
+
+// dedupFirst drops the repeats of hs in place, keeping each hash's first
+// place. A batch whose hashes are all distinct (the common case) is found so
+// with a sorted copy, in O(n log n); one with repeats is scanned pairwise.
+func dedupFirst(hs []uint64) []uint64 {
+	if len(hs) > 16 {
+		var buf [256]uint64
+		sorted := append(buf[:0], hs...)
+		slices.Sort(sorted)
+		if len(slices.Compact(sorted)) == len(hs) {
+			return hs
+		}
+	}
+	out := hs[:0]
+	for _, h := range hs {
+		if !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // bloomAdd adds the items with hashes hs under o.mu, with the rule replay
-// applies to their opAdd record (bloomAddHash).
-func (o *object) bloomAdd(hs []uint64) (added []bool, stop error) {
-	added = make([]bool, 0, len(hs))
-	for _, h := range hs {
-		ok, err := o.bloomAddHash(h)
-		if err != nil {
-			if errors.Is(err, filter.ErrFull) && o.meta.bloom.NonScaling {
-				return added, ErrNonScalingFull
-			}
-			return added, ErrBFInsert
+// applies to their opAdd record (applyHashes): an item is added unless o may
+// hold it already, so added[i] is what a MayContainHash and then an AddHash
+// for one item after the other would report. The filter takes them in one batch
+// (filter.Scalable.AddAbsentHashes), which fetches the blocks of a group of
+// items before it looks them up. The replies go into buf, len(hs) long.
+func (o *object) bloomAdd(hs []uint64, buf []bool) (added []bool, stop error) {
+	added = buf
+	n, err := o.bf.AddAbsentHashes(hs, added)
+	added = added[:n]
+	o.countNew(added)
+	if err != nil {
+		if errors.Is(err, filter.ErrFull) && o.meta.bloom.NonScaling {
+			return added, ErrNonScalingFull
 		}
-		added = append(added, ok)
+		return added, ErrBFInsert
 	}
 	return added, nil
 }
 
-// bloomAddHash adds h unless o may hold it already, and reports whether it
-// was new.
-func (o *object) bloomAddHash(h uint64) (bool, error) {
-	if o.bf.MayContainHash(h) {
-		return false, nil
+// bloomAddAll is bloomAdd for a replayed record: a hash the filter refuses
+// is skipped and the ones after it are still tried, as one item after the
+// other would be.
+func (o *object) bloomAddAll(hs []uint64) {
+	added := make([]bool, len(hs))
+	for len(hs) > 0 {
+		n, err := o.bf.AddAbsentHashes(hs, added)
+		o.countNew(added[:n])
+		if err == nil {
+			return
+		}
+		hs = hs[n+1:]
 	}
-	if err := o.bf.AddHash(h); err != nil {
-		return false, err
+}
+
+// countNew adds the items added reports new to o's BF.CARD.
+func (o *object) countNew(added []bool) {
+	var n uint64
+	for _, a := range added {
+		if a {
+			n++
+		}
 	}
-	o.card.Add(1)
-	return true, nil
+	o.card.Add(n)
 }
 
 // commit logs a record of hashes for o (under o.mu), before they are
@@ -227,7 +270,11 @@ func (s *Store) BFExists(name string, items [][]byte) []bool {
 	o, kind := s.lookup(name)
 	switch kind {
 	case KindBloom:
-		mayContainMany(o.bf.MayContain, items, out)
+		hs := make([]uint64, len(items))
+		for i, it := range items {
+			hs[i] = o.bf.Hash(it)
+		}
+		o.bf.MayContainHashMany(hs, out)
 	case KindExpiring:
 		s.expiringMayContain(o, items, out) // never a false "absent"
 	case KindCuckoo:
@@ -237,8 +284,8 @@ func (s *Store) BFExists(name string, items [][]byte) []bool {
 }
 
 // mayContainMany answers a batch of lookups on a standalone filter, one at a
-// time (filter.Scalable and filter.Cuckoo have no batched lookup; table-backed
-// sets use the gate's MayContainMany).
+// time (filter.Cuckoo and filter.Windowed have no batched lookup;
+// table-backed sets use the gate's MayContainMany).
 func mayContainMany(mayContain func([]byte) bool, items [][]byte, out []bool) {
 	for i, it := range items {
 		out[i] = mayContain(it)

@@ -304,14 +304,16 @@ func (t *Set) mayContain(items [][]byte, out []bool) {
 	t.gate.MayContainMany(items, out) // batched: the keys' cache misses overlap
 }
 
+// add adds items to the gate in one batch (Gate.AddMany): added[i] is true
+// when the gate would have reported item i absent just before adding it, as
+// a MayContain and then an Add per item, one after the other, would answer.
+// A refused item ends the batch.
 func (t *Set) add(items [][]byte) ([]bool, error, error) {
-	added := make([]bool, 0, len(items))
-	for _, it := range items {
-		was := t.gate.MayContain(it)
-		if err := t.gate.Add(it); err != nil {
-			return added, &Error{"add_failed", "ERR " + err.Error()}, nil
-		}
-		added = append(added, !was)
+	added := make([]bool, len(items))
+	n, err := t.gate.AddMany(items, added)
+	added = added[:n]
+	if err != nil {
+		return added, &Error{"add_failed", "ERR " + err.Error()}, nil
 	}
 	return added, nil, nil
 }

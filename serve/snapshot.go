@@ -546,10 +546,12 @@ func (s *Store) apply(r *record) error {
 // the rules the commands use (see record.go). Call with o.mu held, or during
 // replay.
 func (o *object) applyHashes(op byte, hashes []uint64) {
+	if o.bf != nil {
+		o.bloomAddAll(hashes)
+		return
+	}
 	for _, h := range hashes {
 		switch {
-		case o.bf != nil:
-			o.bloomAddHash(h)
 		case op == opRemove:
 			o.cuckooRemoveHash(h)
 		default:

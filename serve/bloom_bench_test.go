@@ -1,0 +1,71 @@
+package serve
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/bloomgate/bloomgate/internal/cputime"
+)
+
+// emptySource is a table with no rows and a fixed estimate, for a set whose
+// keys all come through BF.MADD.
+type emptySource struct{ n int64 }
+
+func (emptySource) Scan(context.Context, func([]byte) error) error { return nil }
+func (e emptySource) Estimate(context.Context) (int64, error)      { return e.n, nil }
+
+// BenchmarkBFMAdd: one BF.MADD of 100 new items (Store.BFAdd, memory only,
+// so no log write), into a standalone key reserved for 16 M items at 1 %
+// (about 19 MiB: larger than the caches, and never scaling during the run),
+// and into a table-backed set's gate sized for 16 M keys. ns/op is per
+// command of 100 items; cpu-ns/op the thread's CPU time per command
+// (internal/cputime), which leaves out time spent waiting for a core.
+//
+//	go test -run '^$' -bench BFMAdd -count 6 ./serve/
+func BenchmarkBFMAdd(b *testing.B) {
+	const batch = 100
+	run := func(b *testing.B, s *Store, name string) {
+		its := make([][]byte, batch)
+		for i := range its {
+			its[i] = make([]byte, 0, 32)
+		}
+		id := 0
+		b.ReportAllocs()
+		t := cputime.Start(b)
+		for b.Loop() {
+			for i := range its {
+				its[i] = append(strconv.AppendInt(append(its[i][:0], "user"...), int64(id), 10), "@example.com"...)
+				id++
+			}
+			added, stop, err := s.BFAdd(name, its, BloomParams{}, true)
+			if err != nil || stop != nil || len(added) != batch {
+				b.Fatalf("BFAdd: %d replies, %v, %v", len(added), stop, err)
+			}
+		}
+		t.Stop()
+	}
+	b.Run("key", func(b *testing.B) {
+		s, err := Open(Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		if err := s.BFReserve("bf", BloomParams{Capacity: 1 << 24, ErrorRate: 0.01}); err != nil {
+			b.Fatal(err)
+		}
+		run(b, s, "bf")
+	})
+	b.Run("set", func(b *testing.B) {
+		s, err := Open(Config{Sets: []SetConfig{{Name: "users", Source: emptySource{1 << 23}, Capacity: 1 << 24}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		for !s.Ready() {
+			time.Sleep(time.Millisecond)
+		}
+		run(b, s, "users")
+	})
+}
