@@ -94,10 +94,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // mergeServeFlags lets explicitly given flags override the file, and fills
-// what the file leaves out from the flags' defaults.
+// what the file leaves out from the flags' defaults. A key the file gives
+// as "" keeps that value: `http ""` disables HTTP, `data ""` keeps filters
+// in memory only, as the flags' "" does.
 func mergeServeFlags(f *serveFile, set map[string]bool, respAddr, httpAddr, dataDir, fsync string) *serveFile {
 	pick := func(flagName, fileVal, flagVal string) string {
-		if set[flagName] || fileVal == "" {
+		if set[flagName] || !f.given[flagName] {
 			return flagVal
 		}
 		return fileVal

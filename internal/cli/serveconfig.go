@@ -54,6 +54,7 @@ type serveFile struct {
 	HTTPIdleTimeout            time.Duration
 	TLSCertFile, TLSKeyFile    string
 	Sets                       []setDecl
+	given                      map[string]bool // the top-level keys the file wrote, "" values included
 }
 
 // setDecl is one "set NAME { … }" block.
@@ -181,6 +182,10 @@ func parseServeFile(r io.Reader) (*serveFile, error) {
 	}
 	if set != nil {
 		return nil, fmt.Errorf("line %s: set %q: missing closing \"}\"", set.Line, set.Name)
+	}
+	f.given = map[string]bool{}
+	for k := range seen {
+		f.given[k] = true
 	}
 	for i := range f.Sets {
 		if err := f.Sets[i].checkExpiring(); err != nil {
