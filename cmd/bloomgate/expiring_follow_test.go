@@ -239,3 +239,54 @@ func TestExpiringFollowConfigErrors(t *testing.T) {
 			`set "revoked": publication bg_rev does not publish updates`, `"follow no"`)
 	})
 }
+
+// TestExpiringFollowDefaults: with nothing but postgres and the table, the
+// set follows the feed (slot and publication by their default names) and a
+// row another service INSERTs is present within the default max-lag. A
+// rescan-only set answered absent for it until its next rescan.
+func TestExpiringFollowDefaults(t *testing.T) {
+	bin := buildBinary(t)
+	pg := testsvc.LogicalPostgres(t)
+	pg.SQL(t, "CREATE TABLE revocations (jti text PRIMARY KEY, expires_at timestamptz)",
+		"CREATE PUBLICATION bloomgate_public_revocations_jti FOR TABLE revocations")
+	dir := t.TempDir()
+	respAddr, httpAddr := freeAddr(t), freeAddr(t)
+	conf := filepath.Join(dir, "bloomgate.conf")
+	os.WriteFile(conf, []byte(fmt.Sprintf(`resp %s
+http %s
+data %s
+set revoked {
+  postgres %s
+  kind expiring
+  table revocations
+  column jti
+  expires-column expires_at
+  max-ttl 1h
+  capacity 1000
+}
+`, respAddr, httpAddr, filepath.Join(dir, "data"), pg.DSN)), 0o644)
+	srv := startServe(t, bin, "-config", conf)
+	waitReadyz(t, httpAddr, 20*time.Second)
+	rdb := redis.NewClient(&redis.Options{Addr: respAddr})
+	defer rdb.Close()
+	ctx := context.Background()
+	if ok, err := rdb.Do(ctx, "BG.XEXISTS", "revoked", "revoked-jti").Bool(); err != nil || ok {
+		t.Fatalf("before the insert: %v, %v", ok, err)
+	}
+	pg.SQL(t, "INSERT INTO revocations VALUES ('revoked-jti', now() + interval '30 minutes')")
+	committed := time.Now()
+	for {
+		ok, err := rdb.Do(ctx, "BG.XEXISTS", "revoked", "revoked-jti").Bool()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		if since := time.Since(committed); since > 30*time.Second { // the default max-lag
+			t.Fatalf("a revocation inserted by plain SQL is still absent %v after its commit; server:\n%s", since, srv.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("present %v after the commit", time.Since(committed).Round(time.Millisecond))
+}
