@@ -289,4 +289,16 @@ set revoked {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("present %v after the commit", time.Since(committed).Round(time.Millisecond))
+
+	// A NULL expiry from the stream is a row the set cannot place: it fails
+	// open (every lookup present) for the max TTL, logged, rather than drop
+	// the key.
+	pg.SQL(t, "INSERT INTO revocations VALUES ('no-expiry', NULL)")
+	testsvc.Eventually(t, 30*time.Second, func() bool {
+		ok, _ := rdb.Do(ctx, "BG.XEXISTS", "revoked", "never-revoked").Bool()
+		return ok
+	}, "a row with a NULL expiry did not fail the set open")
+	if !strings.Contains(srv.stderr.String(), "no usable key or expiry") {
+		t.Errorf("the NULL expiry was not logged:\n%s", srv.stderr)
+	}
 }
