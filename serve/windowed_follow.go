@@ -21,7 +21,7 @@ import (
 //     under the slot's own exported snapshot, which holds exactly the
 //     transactions committed before P; Stream from P delivers exactly
 //     those committed after it. A transaction open across the start is in
-//     one or the other (TestExpiringFollowOpenTxn). Rows seen twice (a
+//     one or the other (source/postgres TestExpiringFeed, cmd/bloomgate TestExpiringFollow). Rows seen twice (a
 //     rescan after a restart of the feed) are added twice: harmless.
 //  2. The set answers from its filter only while fresh: the watcher reads
 //     the database's head H at time a (a before the read, so every

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -300,5 +301,15 @@ set revoked {
 	}, "a row with a NULL expiry did not fail the set open")
 	if !strings.Contains(srv.stderr.String(), "no usable key or expiry") {
 		t.Errorf("the NULL expiry was not logged:\n%s", srv.stderr)
+	}
+
+	// A clean stop drops the slot: every start makes a new one, and one
+	// left behind would hold WAL.
+	srv.cmd.Process.Signal(syscall.SIGTERM)
+	if err := srv.wait(); err != nil {
+		t.Fatalf("serve after SIGTERM: %v\n%s", err, srv.stderr)
+	}
+	if out := pg.SQL(t, "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()"); strings.TrimSpace(out) != "0" {
+		t.Errorf("replication slots after a clean stop: %s\n%s", out, srv.stderr)
 	}
 }

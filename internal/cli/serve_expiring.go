@@ -125,7 +125,10 @@ func openExpiringSets(ctx context.Context, decls []setDecl, log *slog.Logger) ([
 			if err != nil {
 				return nil, closeAll, err
 			}
-			closers = append(closers, func() { feed.Close() })
+			closers = append(closers, func() {
+				dropExpiringSlot(feed, log.With("set", d.Name))
+				feed.Close()
+			})
 			cctx, cancel = context.WithTimeout(ctx, timeout)
 			err = checkPublishesUpdates(cctx, pool, feed.Publication())
 			cancel()
@@ -178,3 +181,24 @@ func (f expiringFeed) BootstrapExpiring(ctx context.Context, fn func([]byte, tim
 func (expiringFeed) ParseExpiry(v []byte) (time.Time, error) { return postgres.ParseTimestamptz(v) }
 
 var _ serve.ExpiringFeed = expiringFeed{}
+
+// dropExpiringSlot drops a followed expiring set's slot at a clean stop
+// (the store is closed, so its stream is over): every start creates a new
+// one, and one left behind would hold WAL until then. After a crash the
+// next start drops it.
+func dropExpiringSlot(feed *postgres.Feed, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		err := feed.DropSlot(ctx) // fails while the server still holds the walsender
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			log.Warn("expiring set: could not drop the replication slot; the next start drops it", "slot", feed.Slot(), "err", err)
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
