@@ -43,7 +43,8 @@ func TestParseExpiringSet(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: %v, want an error containing %q", tt.conf, err, tt.want)
 		}
-	} // With postgres it follows the change feed by default, and rescans
+	}
+	// With postgres it follows the change feed by default, and rescans
 	// only with "follow no".
 	pg := "set r {\n postgres postgres://x@127.0.0.1/db\n kind expiring\n table r\n column k\n expires-column e\n max-ttl 1h\n capacity 10\n"
 	f, err = parseServeFile(strings.NewReader(pg + " max-lag 5s\n slot s\n}\n"))
