@@ -177,17 +177,21 @@ func openFeed(ctx context.Context, d setDecl, timeout time.Duration, log *slog.L
 	if d.Publication != "" {
 		setupCmd += " -publication " + d.Publication
 	}
+	only, notSeen := "rebuild-only", "rows written by others are not seen until a rebuild"
+	if d.Kind == "expiring" {
+		only, notSeen = "rescan-only", "rows written without BG.XADD are not seen until a rescan"
+	}
 	if err := plan.CheckWALLevel(); err != nil {
 		feed.Close()
 		return nil, fmt.Errorf(`set %q: follow: the change feed needs wal_level = logical, the server has %q: `+
-			`run %s to see what to change, or set "follow no" for rebuild-only (rows written by others are not seen until a rebuild)`,
-			d.Name, plan.WALLevel, setupCmd)
+			`run %s to see what to change, or set "follow no" for %s (%s)`,
+			d.Name, plan.WALLevel, setupCmd, only, notSeen)
 	}
 	if len(plan.Statements) > 0 {
 		feed.Close()
 		return nil, fmt.Errorf(`set %q: publication: %s is missing or does not cover %s: run %s -run `+
-			`(as a superuser or the table's owner), or set "follow no" for rebuild-only`,
-			d.Name, feed.Publication(), d.Table, setupCmd)
+			`(as a superuser or the table's owner), or set "follow no" for %s`,
+			d.Name, feed.Publication(), d.Table, setupCmd, only)
 	}
 	return feed, nil
 }
