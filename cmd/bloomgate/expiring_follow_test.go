@@ -34,7 +34,7 @@ set revoked {
   table revocations
   column jti
   expires-column expires_at
-  max-ttl 40s
+  max-ttl 90s
   capacity 100000
   generations 20
   slot bg_rev
@@ -74,7 +74,7 @@ func TestExpiringFollow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	live := time.Now().Add(35 * time.Second) // within max-ttl: rows beyond it would fail the set open
+	live := time.Now().Add(80 * time.Second) // within max-ttl: rows beyond it would fail the set open
 	for i := range 200 {
 		exec("INSERT INTO revocations VALUES ($1, $2), ($3, now() - interval '1 minute')",
 			fmt.Sprintf("before-%d", i), live, fmt.Sprintf("gone-%d", i))
@@ -174,6 +174,32 @@ func TestExpiringFollow(t *testing.T) {
 	if x, bf := exists("short"); !x || !bf {
 		t.Fatalf("a row whose expiry an UPDATE moved later is absent %v after the update (%v/%v)", time.Since(extended), x, bf)
 	}
+
+	// The stream falls behind (its walsender stopped with SIGSTOP, for
+	// longer than max-lag): the set fails open, says why, and comes back.
+	var walsender int
+	if err := pool.QueryRow(ctx, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bg_rev'").Scan(&walsender); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(walsender, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(walsender, syscall.SIGCONT)
+	var lagged readyz
+	testsvc.Eventually(t, 20*time.Second, func() bool {
+		lagged, _ = getReadyz(httpAddr)
+		return !lagged.Ready && strings.Contains(lagged.Sets["revoked"].Reason, "exceeds max-lag")
+	}, "/readyz never reported the lag: %+v", &lagged)
+	t.Logf("stalled: %s", lagged.Sets["revoked"].Reason)
+	if x, bf := exists("never-revoked"); !x || !bf {
+		t.Errorf("a set behind by more than max-lag answers %v/%v, want present", x, bf)
+	}
+	exec("INSERT INTO revocations VALUES ('while-behind', $1)", live)
+	behind := time.Now()
+	syscall.Kill(walsender, syscall.SIGCONT)
+	seenBy("while-behind", behind)
+	waitReadyz(t, httpAddr, 30*time.Second)
+	seenBy("while-behind", time.Now())
 
 	// The feed breaks (its slot dropped): the set fails open at once, says
 	// why, and comes back from a new slot and a new scan.
