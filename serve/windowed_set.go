@@ -228,7 +228,11 @@ func (s *Store) scanExpiring(ctx context.Context, o *object, scan func(context.C
 	if !t.ready.Load() {
 		o.failOpenUntil.CompareAndSwap(math.MaxInt64, unheld)
 		t.ready.Store(true)
-		s.log.Info("expiring set ready", "set", o.name, "live_rows", live)
+		if t.follow != nil {
+			s.log.Info("expiring set scanned; catching up with the change feed", "set", o.name, "live_rows", live)
+		} else {
+			s.log.Info("expiring set ready", "set", o.name, "live_rows", live)
+		}
 	}
 	return nil
 }
