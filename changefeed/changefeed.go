@@ -95,6 +95,14 @@ func (k Kind) String() string {
 type Change struct {
 	Kind Kind
 	Key  []byte
+	// Value is, for a feed asked for one more column of the row (such as
+	// source/postgres.FeedConfig.ValueColumn, an expiry), that column's text
+	// form on an Insert; nil when NULL or not sent, and on every other
+	// Kind. Such a feed reports every UPDATE's new side as an Insert, and
+	// may report an Insert with a nil Key when the source did not resend an
+	// unchanged key (the consumer cannot tell which key). Fan-out batches
+	// (package fanout) do not carry it.
+	Value []byte
 }
 
 // Txn is one committed transaction, or a progress marker.

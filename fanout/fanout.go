@@ -194,6 +194,10 @@ func AppendBatch(dst []byte, b Batch, key []byte) ([]byte, error) {
 		dst = binary.AppendVarint(dst, ns)
 		dst = binary.AppendUvarint(dst, uint64(len(t.Changes)))
 		for _, c := range t.Changes {
+			if c.Value != nil {
+				// The format has no room for it: refuse rather than drop it.
+				return dst[:start], errors.New("fanout: a change with a Value (a feed with a value column) cannot be fanned out")
+			}
 			dst = append(dst, byte(c.Kind))
 			switch c.Kind {
 			case changefeed.Insert, changefeed.Delete:

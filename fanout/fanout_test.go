@@ -59,6 +59,7 @@ func TestAppendBatchRefuses(t *testing.T) {
 		"decreasing":   {Prev: 1, Txns: []changefeed.Txn{{Commit: 3, End: 3}, {Commit: 2, End: 2}}},
 		"commit > end": {Prev: 1, Txns: []changefeed.Txn{{Commit: 4, End: 3}}},
 		"bad kind":     {Prev: 1, Txns: []changefeed.Txn{{Commit: 2, End: 2, Changes: []changefeed.Change{{Kind: 9}}}}},
+		"value":        {Prev: 1, Txns: []changefeed.Txn{{Commit: 2, End: 2, Changes: []changefeed.Change{{Kind: changefeed.Insert, Key: []byte("k"), Value: []byte("v")}}}}},
 	} {
 		if out, err := fanout.AppendBatch([]byte("x"), b, nil); err == nil || string(out) != "x" {
 			t.Errorf("%s: AppendBatch = %q, %v; want an error and dst unchanged", name, out, err)

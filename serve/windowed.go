@@ -284,7 +284,8 @@ func (s *Store) replayXAdd(o *object, r *record) {
 
 // expiringMayContain answers lookups on the expiring key o; it never locks.
 func (s *Store) expiringMayContain(o *object, items [][]byte, out []bool) {
-	if until := o.failOpenUntil.Load(); until != 0 && until >= s.cfg.Now().UnixNano() {
+	now := s.cfg.Now().UnixNano()
+	if until := o.failOpenUntil.Load(); until != 0 && until >= now || o.table != nil && o.table.follow != nil && now > o.table.follow.freshUntil.Load() {
 		for i := range out {
 			out[i] = true
 		}

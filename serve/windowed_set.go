@@ -8,24 +8,52 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/changefeed"
 )
 
 // Table-backed expiring sets: an expiring key whose items are the rows of a
 // table with an expiry column (a revocations table), declared in
 // Config.ExpiringSets. The table is the durable record, so the set is
 // neither logged nor snapshotted: it is built from the rows whose expiry is
-// ahead at start, scanned again every RefreshInterval for rows written by
-// services that do not BG.XADD, and takes BG.XADD from those that do (call
-// it before the row's transaction commits). Rows drop out when their expiry
-// passes, with no delete; a row deleted from the table stays present until
-// its expiry (a false positive, never a false negative). Until the first
-// scan completes the set answers present to every lookup.
+// ahead at start, and takes BG.XADD from services that call it (before the
+// row's transaction commits). Rows written by any other service reach it
+// through the table's change feed (ExpiringSetConfig.Feed) or, without one,
+// at the next rescan, every RefreshInterval. Rows drop out when their
+// expiry passes, with no delete; a row deleted from the table stays present
+// until its expiry (a false positive, never a false negative). Until the
+// first scan completes — and, with a feed, while the feed is more than
+// MaxLag behind — the set answers present to every lookup.
 
 // ExpiringSource streams the rows of a table whose keys expire, each key
 // with its expiry (source/postgres.Expiring, source/sqlite.Expiring).
 // Rows already expired may be passed; they are skipped.
 type ExpiringSource interface {
 	ScanExpiring(ctx context.Context, fn func(key []byte, expiresAt time.Time) error) error
+}
+
+// ExpiringFeed is a table's change feed with each inserted row's expiry
+// (cmd/bloomgate wraps source/postgres.Feed with a ValueColumn). The set
+// only adds: deletes, truncates and unknown deletes are ignored.
+type ExpiringFeed interface {
+	// BootstrapExpiring (re)starts the feed: it calls fn for every row
+	// committed before the returned point, with its expiry (rows already
+	// expired may be passed), and Stream from that point delivers every
+	// transaction committed after it.
+	BootstrapExpiring(ctx context.Context, fn func(key []byte, expiresAt time.Time) error) (changefeed.Position, error)
+	// Stream calls apply for every transaction committed after from, and
+	// with progress markers, as bloomgate.Feed's Stream; each Insert's
+	// Value is the row's expiry, for ParseExpiry.
+	Stream(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error
+	// Head returns the position of the newest committed transaction now.
+	Head(ctx context.Context) (changefeed.Position, error)
+	// Confirm tells the feed it may release the transactions up to pos.
+	Confirm(ctx context.Context, pos changefeed.Position) error
+	// ParseExpiry reads an Insert's Value.
+	ParseExpiry(v []byte) (time.Time, error)
+	// Err is the feed's last connection error while it retries, else nil.
+	Err() error
 }
 
 // ExpiringSetConfig declares a table-backed expiring set. The zero value of
@@ -41,8 +69,16 @@ type ExpiringSetConfig struct {
 	// the set answer present to every lookup until that expiry, logged).
 	Params ExpiringParams
 	// RefreshInterval is how often the table is scanned again, for rows
-	// written without BG.XADD. Default: 1 minute.
+	// written without BG.XADD, when the set has no Feed. Default: 1 minute.
 	RefreshInterval time.Duration
+	// Feed, if set, keeps the set in step with the table instead of
+	// rescans: the set is built by Feed.BootstrapExpiring, then takes the
+	// stream's rows, and answers from its filter only while every
+	// transaction committed more than MaxLag ago has been applied.
+	Feed ExpiringFeed
+	// MaxLag bounds the staleness of a set with a Feed (see Feed).
+	// Default: 30 seconds (bloomgate.DefaultMaxLag).
+	MaxLag time.Duration
 }
 
 const (
@@ -56,8 +92,9 @@ type expiringTable struct {
 	cfg      ExpiringSetConfig
 	ready    atomic.Bool
 	scans    atomic.Uint64 // completed scans
-	failures atomic.Uint64 // failed scans
+	failures atomic.Uint64 // failed scans (with a Feed: bootstraps and streams)
 	rows     atomic.Uint64 // live rows in the last completed scan
+	follow   *expiringFollow
 }
 
 // openExpiringSets declares the table-backed expiring sets; called by Open
@@ -85,7 +122,13 @@ func (s *Store) openExpiringSets() error {
 		if err != nil {
 			return fmt.Errorf("serve: expiring set %q: %w", sc.Name, err)
 		}
+		if sc.MaxLag <= 0 {
+			sc.MaxLag = bloomgate.DefaultMaxLag
+		}
 		o.table = &expiringTable{cfg: sc}
+		if sc.Feed != nil {
+			o.table.follow = &expiringFollow{}
+		}
 		o.failOpenUntil.Store(math.MaxInt64) // until the first scan
 		s.keys[sc.Name] = o
 		s.used.Add(o.bytes)
@@ -95,6 +138,10 @@ func (s *Store) openExpiringSets() error {
 			s.bgDone.Add(1)
 			go func() {
 				defer s.bgDone.Done()
+				if o.table.follow != nil {
+					s.runExpiringFeed(s.runCtx, o)
+					return
+				}
 				s.runExpiringTable(s.runCtx, o)
 			}()
 		}
@@ -135,6 +182,12 @@ func (s *Store) runExpiringTable(ctx context.Context, o *object) {
 
 // scanExpiringTable adds every row whose expiry is ahead to o's filter.
 func (s *Store) scanExpiringTable(ctx context.Context, o *object) error {
+	return s.scanExpiring(ctx, o, o.table.cfg.Source.ScanExpiring)
+}
+
+// scanExpiring adds every row scan passes whose expiry is ahead to o's
+// filter.
+func (s *Store) scanExpiring(ctx context.Context, o *object, scan func(context.Context, func([]byte, time.Time) error) error) error {
 	t := o.table
 	var live uint64
 	var unheld int64 // the latest expiry the filter could not hold
@@ -151,7 +204,7 @@ func (s *Store) scanExpiringTable(ctx context.Context, o *object) error {
 		o.mu.Unlock()
 		batch, exps = batch[:0], exps[:0]
 	}
-	err := t.cfg.Source.ScanExpiring(ctx, func(key []byte, exp time.Time) error {
+	err := scan(ctx, func(key []byte, exp time.Time) error {
 		if exp.Before(s.cfg.Now()) {
 			return nil
 		}
@@ -165,15 +218,7 @@ func (s *Store) scanExpiringTable(ctx context.Context, o *object) error {
 	})
 	flush()
 	if unheld != 0 {
-		// Fail open until the row's expiry rather than forget it.
-		for {
-			cur := o.failOpenUntil.Load()
-			if cur >= unheld || o.failOpenUntil.CompareAndSwap(cur, unheld) {
-				break
-			}
-		}
-		s.log.Error("expiring set: a row expires further ahead than the max TTL allows; answering present to every lookup until then",
-			"set", o.name, "until", time.Unix(0, unheld), "max_ttl", o.meta.expiry.MaxTTL)
+		s.failOpenRow(o, unheld)
 	}
 	if err != nil {
 		return err
@@ -183,9 +228,26 @@ func (s *Store) scanExpiringTable(ctx context.Context, o *object) error {
 	if !t.ready.Load() {
 		o.failOpenUntil.CompareAndSwap(math.MaxInt64, unheld)
 		t.ready.Store(true)
-		s.log.Info("expiring set ready", "set", o.name, "live_rows", live)
+		if t.follow != nil {
+			s.log.Info("expiring set scanned; catching up with the change feed", "set", o.name, "live_rows", live)
+		} else {
+			s.log.Info("expiring set ready", "set", o.name, "live_rows", live)
+		}
 	}
 	return nil
+}
+
+// failOpenRow makes o answer present to every lookup until until (Unix
+// ns), for a row its filter cannot hold: never forget a row.
+func (s *Store) failOpenRow(o *object, until int64) {
+	for {
+		cur := o.failOpenUntil.Load()
+		if cur >= until || o.failOpenUntil.CompareAndSwap(cur, until) {
+			break
+		}
+	}
+	s.log.Error("expiring set: a row expires further ahead than the max TTL allows; answering present to every lookup until then",
+		"set", o.name, "until", time.Unix(0, until), "max_ttl", o.meta.expiry.MaxTTL)
 }
 
 // isExpiringSet reports whether name is a table-backed expiring set.
@@ -196,25 +258,43 @@ func (s *Store) isExpiringSet(name string) bool {
 	return o != nil && o.table != nil
 }
 
-// expiringSetsReady reports whether every table-backed expiring set has
-// completed its first scan.
+// expiringSetsReady reports whether every table-backed expiring set answers
+// from its filter (see ExpiringSetStatus.Ready).
 func (s *Store) expiringSetsReady() bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, o := range s.keys {
-		if o.table != nil && !o.table.ready.Load() {
+		if o.table != nil && !s.expiringReady(o) {
 			return false
 		}
 	}
 	return true
 }
 
+// expiringReady: scanned once and, with a feed, fresh.
+func (s *Store) expiringReady(o *object) bool {
+	t := o.table
+	return t.ready.Load() && (t.follow == nil || s.cfg.Now().UnixNano() <= t.follow.freshUntil.Load())
+}
+
 // ExpiringSetStatus is the state of a table-backed expiring set.
 type ExpiringSetStatus struct {
-	Ready    bool   // the first scan completed
-	Scans    uint64 // completed scans
-	Failures uint64 // failed scans
+	// Ready: the set answers "absent" from its filter. It is false until
+	// the first scan completes and, with a feed, until the stream has
+	// caught up with the database's head as of the start, and whenever it
+	// falls more than MaxLag behind; the set then answers present to every
+	// lookup, and Reason says why.
+	Ready    bool
+	Scans    uint64 // completed scans (with a feed: bootstraps)
+	Failures uint64 // failed scans (with a feed: failed bootstraps and streams)
 	Rows     uint64 // live rows in the last completed scan
+	// Follow: the set follows the table's change feed; Position is the
+	// feed position applied, Lag how far behind the database's head it is
+	// (the age of the newest head it has passed).
+	Follow   bool
+	Position changefeed.Position
+	Lag      time.Duration
+	Reason   string // why the set is not Ready; "" when it is
 }
 
 // ExpiringSet returns the status of the table-backed expiring set name, and
@@ -227,7 +307,23 @@ func (s *Store) ExpiringSet(name string) (ExpiringSetStatus, bool) {
 		return ExpiringSetStatus{}, false
 	}
 	t := o.table
-	return ExpiringSetStatus{Ready: t.ready.Load(), Scans: t.scans.Load(), Failures: t.failures.Load(), Rows: t.rows.Load()}, true
+	st := ExpiringSetStatus{Ready: s.expiringReady(o), Scans: t.scans.Load(), Failures: t.failures.Load(), Rows: t.rows.Load()}
+	if !t.ready.Load() {
+		st.Reason = "the table has not been scanned yet; every lookup answers present"
+	}
+	if fl := t.follow; fl != nil {
+		st.Follow = true
+		fl.mu.Lock()
+		st.Position = fl.pos
+		if fl.passedAt != 0 {
+			st.Lag = s.cfg.Now().Sub(time.Unix(0, fl.passedAt))
+		}
+		if !st.Ready && st.Reason == "" {
+			st.Reason = fl.reasonLocked(st.Lag, t.cfg)
+		}
+		fl.mu.Unlock()
+	}
+	return st, true
 }
 
 // ExpiringSetNames returns the names of the table-backed expiring sets,

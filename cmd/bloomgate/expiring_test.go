@@ -265,6 +265,7 @@ set revoked {
   max-ttl 24h
   capacity 100000
   rebuild-interval 200ms
+  follow no
 }
 `, addr, filepath.Join(dir, "data"), dbPath)), 0o644)
 	startServe(t, bin, "-config", conf)

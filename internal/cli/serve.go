@@ -151,7 +151,7 @@ func serveMain(ctx context.Context, file *serveFile, log *slog.Logger, stdout io
 	if err != nil {
 		return err
 	}
-	expiringSets, closeExpiring, err := openExpiringSets(ctx, file.Sets)
+	expiringSets, closeExpiring, err := openExpiringSets(ctx, file.Sets, log)
 	defer closeExpiring()
 	if err != nil {
 		return err

@@ -3,7 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bloomgate/bloomgate/changefeed"
 
 	"github.com/bloomgate/bloomgate/serve"
 	"github.com/bloomgate/bloomgate/source/postgres"
@@ -22,13 +29,14 @@ import (
 //	  capacity 1000000            # revocations per max TTL
 //	  fp-rate 0.001
 //	  generations 8
-//	  rebuild-interval 1m         # rescan for rows written without BG.XADD
+//	  max-lag 30s                 # the change feed's staleness bound
 //	}
 //
-// It does not follow the change feed: "follow" is off for it.
-//
-// or, instead of table, column and expires-column, a query returning the key
-// and its expiry.
+// With postgres it follows the table's change feed, expiry column included
+// (serve.ExpiringFeed; slot, publication and max-lag as for other followed
+// sets). With "follow no" (required for sqlite) it rescans the table every
+// rebuild-interval instead, and may take, instead of table, column and
+// expires-column, a query returning the key and its expiry.
 
 func (s *setDecl) applyExpiring(l confLine) error {
 	switch l.key {
@@ -50,9 +58,8 @@ func (s *setDecl) applyExpiring(l confLine) error {
 	return nil
 }
 
-// checkExpiring checks the keys that belong to kind expiring, and only to it.
-// An expiring set does not follow the change feed (it rescans its table), so
-// for one it turns Follow off, refusing an explicit "follow yes".
+// checkExpiring checks the keys that belong to kind expiring, and only to it
+// (check does the rest: "follow no" for sqlite and for a query).
 func (s *setDecl) checkExpiring() error {
 	if s.Kind != "expiring" {
 		if s.ExpiresColumn != "" || s.MaxTTL != 0 || s.Generations != 0 {
@@ -69,18 +76,20 @@ func (s *setDecl) checkExpiring() error {
 		return fmt.Errorf("line %s: set %q: kind expiring needs expires-column, or a query returning the key and its expiry", s.Line, s.Name)
 	case s.Confirm != "" || s.Normalize != "":
 		return fmt.Errorf("line %s: set %q: kind expiring takes no confirm or normalize", s.Line, s.Name)
-	case s.Follow && s.FollowGiven:
-		return fmt.Errorf("line %s: set %q: kind expiring does not follow the change feed yet (it rescans the table every rebuild-interval): remove \"follow yes\"", s.Line, s.Name)
 	case s.Fanout != "":
 		return fmt.Errorf("line %s: set %q: kind expiring takes no fanout", s.Line, s.Name)
+	case s.Follow && s.Postgres != "" && s.RebuildInterval != 0:
+		return fmt.Errorf("line %s: set %q: rebuild-interval: an expiring set that follows the change feed never rescans; "+
+			"remove it, or set \"follow no\" for rescan-only (rows written without BG.XADD are not seen until a rescan)", s.Line, s.Name)
+	case s.SnapshotInterval != 0:
+		return fmt.Errorf("line %s: set %q: kind expiring takes no snapshot-interval (it is rebuilt from the table at every start)", s.Line, s.Name)
 	}
-	s.Follow = false
 	return nil
 }
 
 // openExpiringSets connects the sources of the sets of kind expiring. The
 // returned func closes them.
-func openExpiringSets(ctx context.Context, decls []setDecl) ([]serve.ExpiringSetConfig, func(), error) {
+func openExpiringSets(ctx context.Context, decls []setDecl, log *slog.Logger) ([]serve.ExpiringSetConfig, func(), error) {
 	var closers []func()
 	closeAll := func() {
 		for _, c := range closers {
@@ -109,6 +118,25 @@ func openExpiringSets(ctx context.Context, decls []setDecl) ([]serve.ExpiringSet
 			}
 			closers = append(closers, pool.Close)
 			sc.Source = postgres.Expiring{Pool: pool, Table: d.Table, KeyColumn: d.Column, ExpiresColumn: d.ExpiresColumn, Query: d.Query}
+			if !d.Follow {
+				break
+			}
+			feed, err := openFeed(ctx, d, timeout, log)
+			if err != nil {
+				return nil, closeAll, err
+			}
+			closers = append(closers, func() {
+				dropExpiringSlot(feed, log.With("set", d.Name))
+				feed.Close()
+			})
+			cctx, cancel = context.WithTimeout(ctx, timeout)
+			err = checkPublishesUpdates(cctx, pool, feed.Publication())
+			cancel()
+			if err != nil {
+				return nil, closeAll, fmt.Errorf("set %q: %w", d.Name, timeoutHint(err, cctx, timeout))
+			}
+			sc.Feed = expiringFeed{Feed: feed, scan: postgres.Expiring{Table: d.Table, KeyColumn: d.Column, ExpiresColumn: d.ExpiresColumn}}
+			sc.MaxLag = d.MaxLag
 		default:
 			db, err := sqlite.Open(d.SQLite)
 			if err != nil {
@@ -120,4 +148,57 @@ func openExpiringSets(ctx context.Context, decls []setDecl) ([]serve.ExpiringSet
 		out = append(out, sc)
 	}
 	return out, closeAll, nil
+}
+
+// checkPublishesUpdates refuses a publication without updates: an UPDATE
+// that moves a row's expiry later would be missed, and the row answered
+// absent once its old expiry passed.
+func checkPublishesUpdates(ctx context.Context, pool *pgxpool.Pool, pub string) error {
+	var updates bool
+	if err := pool.QueryRow(ctx, "SELECT pubupdate FROM pg_publication WHERE pubname = $1", pub).Scan(&updates); err != nil {
+		return fmt.Errorf("publication %s: %w", pub, err)
+	}
+	if !updates {
+		return fmt.Errorf("publication %s does not publish updates: an UPDATE moving an expiry later would be missed; "+
+			"ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate'), or set \"follow no\" for rescan-only", pub, pub)
+	}
+	return nil
+}
+
+// expiringFeed is a PostgreSQL change feed with the expiry column as its
+// value column, for serve.ExpiringFeed.
+type expiringFeed struct {
+	*postgres.Feed
+	scan postgres.Expiring // Table, KeyColumn and ExpiresColumn; no Pool
+}
+
+// BootstrapExpiring creates the slot and scans the rows with their expiries
+// under the slot's snapshot (Feed.BootstrapTx).
+func (f expiringFeed) BootstrapExpiring(ctx context.Context, fn func([]byte, time.Time) error) (changefeed.Position, error) {
+	return f.BootstrapTx(ctx, func(ctx context.Context, tx pgx.Tx) error { return f.scan.ScanExpiringTx(ctx, tx, fn) })
+}
+
+func (expiringFeed) ParseExpiry(v []byte) (time.Time, error) { return postgres.ParseTimestamptz(v) }
+
+var _ serve.ExpiringFeed = expiringFeed{}
+
+// dropExpiringSlot drops a followed expiring set's slot at a clean stop
+// (the store is closed, so its stream is over): every start creates a new
+// one, and one left behind would hold WAL until then. After a crash the
+// next start drops it.
+func dropExpiringSlot(feed *postgres.Feed, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		err := feed.DropSlot(ctx) // fails while the server still holds the walsender
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			log.Warn("expiring set: could not drop the replication slot; the next start drops it", "slot", feed.Slot(), "err", err)
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -17,6 +17,7 @@ func TestParseExpiringSet(t *testing.T) {
   capacity 1000000
   generations 12
   rebuild-interval 30s
+  follow no
 }
 `))
 	if err != nil {
@@ -34,12 +35,38 @@ func TestParseExpiringSet(t *testing.T) {
 		{"table r\n column k\n max-ttl 1h", "need kind expiring"},
 		{"kind expiring\n table r\n column k\n expires-column e\n max-ttl 1h\n capacity 10\n generations 1", "from 2 to 64"},
 		{"kind expiring\n table r\n column k\n expires-column e\n max-ttl soon\n capacity 10", "want a duration"},
-		{"kind expiring\n table r\n column k\n expires-column e\n max-ttl 1h\n capacity 10\n follow yes", "does not follow"},
-		{"kind expiring\n table r\n column k\n expires-column e\n max-ttl 1h\n capacity 10\n slot s", "need the change feed"},
+		{"kind expiring\n table r\n column k\n expires-column e\n max-ttl 1h\n capacity 10", `line 1: set "r": follow: SQLite has no change feed: add "follow no"`},
+		{"kind expiring\n table r\n column k\n expires-column e\n max-ttl 1h\n capacity 10\n follow no\n slot s", "need the change feed"},
+		{"kind expiring\n table r\n column k\n expires-column e\n max-ttl 1h\n capacity 10\n follow no\n max-lag 1s", "need the change feed"},
 	} {
 		_, err := parseServeFile(strings.NewReader("set r {\n sqlite ./a.db\n " + tt.conf + "\n}\n"))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: %v, want an error containing %q", tt.conf, err, tt.want)
 		}
+	}
+	// With postgres it follows the change feed by default, and rescans
+	// only with "follow no".
+	pg := "set r {\n postgres postgres://x@127.0.0.1/db\n kind expiring\n table r\n column k\n expires-column e\n max-ttl 1h\n capacity 10\n"
+	f, err = parseServeFile(strings.NewReader(pg + " max-lag 5s\n slot s\n}\n"))
+	if err != nil || !f.Sets[0].Follow || f.Sets[0].MaxLag != 5*time.Second || f.Sets[0].Slot != "s" {
+		t.Errorf("followed postgres expiring set: %+v, %v", f, err)
+	}
+	f, err = parseServeFile(strings.NewReader(pg + " follow no\n rebuild-interval 1m\n}\n"))
+	if err != nil || f.Sets[0].Follow {
+		t.Errorf("rescan-only postgres expiring set: %+v, %v", f, err)
+	}
+	for _, tt := range []struct{ conf, want string }{
+		{"rebuild-interval 1m", `never rescans; remove it, or set "follow no"`},
+		{"snapshot-interval 1m", "takes no snapshot-interval"},
+		{"fanout redis\n redis redis://127.0.0.1", "takes no fanout"},
+	} {
+		_, err := parseServeFile(strings.NewReader(pg + " " + tt.conf + "\n}\n"))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: %v, want an error containing %q", tt.conf, err, tt.want)
+		}
+	}
+	_, err = parseServeFile(strings.NewReader("set r {\n postgres postgres://x@127.0.0.1/db\n kind expiring\n query SELECT k, e FROM r\n max-ttl 1h\n capacity 10\n}\n"))
+	if err == nil || !strings.Contains(err.Error(), "follow no") {
+		t.Errorf("a followed query: %v, want an error asking for follow no", err)
 	}
 }

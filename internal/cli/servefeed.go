@@ -185,8 +185,12 @@ func (d dbHead) Head(ctx context.Context) (changefeed.Position, error) { return 
 // timeout, that the server answers, that wal_level is logical and that the
 // publication covers the table.
 func openFeed(ctx context.Context, d setDecl, timeout time.Duration, log *slog.Logger) (*postgres.Feed, error) {
-	feed, err := postgres.NewFeed(postgres.FeedConfig{ConnString: d.Postgres, Table: d.Table, Column: d.Column,
-		Slot: d.Slot, Publication: d.Publication, Timeout: timeout, Logger: log})
+	fc := postgres.FeedConfig{ConnString: d.Postgres, Table: d.Table, Column: d.Column,
+		Slot: d.Slot, Publication: d.Publication, Timeout: timeout, Logger: log}
+	if d.Kind == "expiring" {
+		fc.ValueColumn = d.ExpiresColumn
+	}
+	feed, err := postgres.NewFeed(fc)
 	if err != nil {
 		return nil, fmt.Errorf("set %q: postgres: %w", d.Name, err)
 	}
@@ -206,17 +210,21 @@ func openFeed(ctx context.Context, d setDecl, timeout time.Duration, log *slog.L
 	if d.Publication != "" {
 		setupCmd += " -publication " + d.Publication
 	}
+	only, notSeen := "rebuild-only", "rows written by others are not seen until a rebuild"
+	if d.Kind == "expiring" {
+		only, notSeen = "rescan-only", "rows written without BG.XADD are not seen until a rescan"
+	}
 	if err := plan.CheckWALLevel(); err != nil {
 		feed.Close()
 		return nil, fmt.Errorf(`set %q: follow: the change feed needs wal_level = logical, the server has %q: `+
-			`run %s to see what to change, or set "follow no" for rebuild-only (rows written by others are not seen until a rebuild)`,
-			d.Name, plan.WALLevel, setupCmd)
+			`run %s to see what to change, or set "follow no" for %s (%s)`,
+			d.Name, plan.WALLevel, setupCmd, only, notSeen)
 	}
 	if len(plan.Statements) > 0 {
 		feed.Close()
 		return nil, fmt.Errorf(`set %q: publication: %s is missing or does not cover %s: run %s -run `+
-			`(as a superuser or the table's owner), or set "follow no" for rebuild-only`,
-			d.Name, feed.Publication(), d.Table, setupCmd)
+			`(as a superuser or the table's owner), or set "follow no" for %s`,
+			d.Name, feed.Publication(), d.Table, setupCmd, only)
 	}
 	return feed, nil
 }
@@ -362,6 +370,22 @@ func (c setCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, m := range []serve.Mode{serve.ModeRebuild, serve.ModeFollow} {
 			ch <- prometheus.MustNewConstMetric(descSetMode, prometheus.GaugeValue, b2f(m == st.Mode), name, m.String())
+		}
+		ch <- prometheus.MustNewConstMetric(descSetPosition, prometheus.GaugeValue, float64(st.Position), name)
+		ch <- prometheus.MustNewConstMetric(descSetLag, prometheus.GaugeValue, st.Lag.Seconds(), name)
+	}
+	for _, name := range c.store.ExpiringSetNames() {
+		st, _ := c.store.ExpiringSet(name)
+		role, mode := serve.RoleNone, serve.ModeRebuild
+		if st.Follow {
+			role, mode = serve.RoleFollower, serve.ModeFollow
+		}
+		ch <- prometheus.MustNewConstMetric(descSetReady, prometheus.GaugeValue, b2f(st.Ready), name)
+		for _, r := range allRoles {
+			ch <- prometheus.MustNewConstMetric(descSetRole, prometheus.GaugeValue, b2f(r == role), name, r.String())
+		}
+		for _, m := range []serve.Mode{serve.ModeRebuild, serve.ModeFollow} {
+			ch <- prometheus.MustNewConstMetric(descSetMode, prometheus.GaugeValue, b2f(m == mode), name, m.String())
 		}
 		ch <- prometheus.MustNewConstMetric(descSetPosition, prometheus.GaugeValue, float64(st.Position), name)
 		ch <- prometheus.MustNewConstMetric(descSetLag, prometheus.GaugeValue, st.Lag.Seconds(), name)

@@ -57,7 +57,7 @@ func (a *api) expiringInfo(name string) (SetInfo, bool) {
 		e.NextExpiryUnixMs = xi.NextExpiry.UnixMilli()
 	}
 	ready := true
-	if st, ok := a.store.ExpiringSet(name); ok { // table-backed: ready after its first scan
+	if st, ok := a.store.ExpiringSet(name); ok { // table-backed: ready after its first scan and, following the feed, while fresh
 		ready = st.Ready
 		e.TableBacked = true
 	}
@@ -105,9 +105,15 @@ func (a *api) expiringReadiness(sets map[string]SetReadiness) bool {
 	ready := true
 	for _, name := range a.store.ExpiringSetNames() {
 		st, _ := a.store.ExpiringSet(name)
-		sr := SetReadiness{Ready: st.Ready, Mode: "rescan", Role: "none", State: "ready", Position: "0/0"}
+		sr := SetReadiness{Ready: st.Ready, Mode: "rescan", Role: "none", State: "ready", Position: st.Position.String()}
+		if st.Follow {
+			sr.Mode, sr.Role, sr.LagSeconds = "follow", "follower", st.Lag.Seconds()
+		}
 		if !st.Ready {
-			sr.State, sr.Reason = "warming", "the table has not been scanned yet; every lookup answers present"
+			sr.State, sr.Reason = "warming", st.Reason
+			if st.Scans > 0 {
+				sr.State = "degraded"
+			}
 		}
 		sets[name] = sr
 		ready = ready && st.Ready

@@ -27,6 +27,7 @@ var ErrKeyColumn = fmt.Errorf("%w: key column missing from the replicated table"
 type relation struct {
 	ours     bool
 	keyIdx   int  // index of the key column in a tuple, when ours
+	valIdx   int  // index of the value column, -1 without one
 	identity bool // the key column is part of the replica identity (always under FULL)
 }
 
@@ -36,13 +37,14 @@ type relation struct {
 type decoder struct {
 	relID  uint32 // OID of the configured table
 	column string
+	value  string // FeedConfig.ValueColumn; "" for none
 	rels   map[uint32]relation
 	inTxn  bool
 	txn    changefeed.Txn
 }
 
-func newDecoder(relID uint32, column string) *decoder {
-	return &decoder{relID: relID, column: column, rels: make(map[uint32]relation)}
+func newDecoder(relID uint32, column, value string) *decoder {
+	return &decoder{relID: relID, column: column, value: value, rels: make(map[uint32]relation)}
 }
 
 // parse wraps pglogrepl.Parse, which indexes its input without bounds checks:
@@ -188,17 +190,25 @@ func (d *decoder) relation(m *pglogrepl.RelationMessage) error {
 		d.rels[m.RelationID] = relation{}
 		return nil
 	}
+	rel := relation{keyIdx: -1, valIdx: -1}
 	for i, c := range m.Columns {
-		if c != nil && c.Name == d.column {
-			d.rels[m.RelationID] = relation{
-				ours:     true,
-				keyIdx:   i,
-				identity: c.Flags&1 != 0,
-			}
-			return nil
+		switch {
+		case c == nil:
+		case c.Name == d.column && rel.keyIdx < 0:
+			rel.keyIdx, rel.identity = i, c.Flags&1 != 0
+		case d.value != "" && c.Name == d.value && rel.valIdx < 0:
+			rel.valIdx = i
 		}
 	}
-	return fmt.Errorf("%w: %q not in %s.%s", ErrKeyColumn, d.column, m.Namespace, m.RelationName)
+	switch {
+	case rel.keyIdx < 0:
+		return fmt.Errorf("%w: %q not in %s.%s", ErrKeyColumn, d.column, m.Namespace, m.RelationName)
+	case d.value != "" && rel.valIdx < 0:
+		return fmt.Errorf("%w: value column %q not in %s.%s", ErrKeyColumn, d.value, m.Namespace, m.RelationName)
+	}
+	rel.ours = true
+	d.rels[m.RelationID] = rel
+	return nil
 }
 
 func (d *decoder) change(relID uint32) (relation, error) {
@@ -253,16 +263,30 @@ func (d *decoder) add(kind changefeed.Kind, k []byte) {
 	d.txn.Changes = append(d.txn.Changes, changefeed.Change{Kind: kind, Key: k})
 }
 
+// addValue adds an Insert of the new tuple t with its value column: nil
+// when NULL or not sent.
+func (d *decoder) addValue(rel relation, k []byte, t *pglogrepl.TupleData) {
+	var v []byte
+	if rel.valIdx < len(t.Columns) {
+		if c := t.Columns[rel.valIdx]; c != nil && c.DataType == pglogrepl.TupleDataTypeText {
+			v = bytes.Clone(c.Data)
+		}
+	}
+	d.txn.Changes = append(d.txn.Changes, changefeed.Change{Kind: changefeed.Insert, Key: k, Value: v})
+}
+
 func (d *decoder) insert(rel relation, t *pglogrepl.TupleData) error {
 	st, k, err := key(rel, t)
 	if err != nil {
 		return err
 	}
-	switch st {
-	case colValue:
-		d.add(changefeed.Insert, k)
-	case colUnknown:
+	switch {
+	case st == colUnknown:
 		return fmt.Errorf("%w: inserted row without its key", ErrProtocol)
+	case st == colValue && rel.valIdx >= 0:
+		d.addValue(rel, k, t)
+	case st == colValue:
+		d.add(changefeed.Insert, k)
 	}
 	return nil
 }
@@ -271,6 +295,9 @@ func (d *decoder) update(rel relation, m *pglogrepl.UpdateMessage) error {
 	newSt, newKey, err := key(rel, m.NewTuple)
 	if err != nil {
 		return err
+	}
+	if rel.valIdx >= 0 {
+		return d.updateValue(rel, m, newSt, newKey)
 	}
 	if newSt == colUnknown {
 		// Unchanged TOAST: the key column was not modified.
@@ -318,6 +345,38 @@ func (d *decoder) remove(rel relation, m *pglogrepl.DeleteMessage) error {
 		d.add(changefeed.Delete, k)
 	case colUnknown:
 		d.add(changefeed.UnknownDelete, nil)
+	}
+	return nil
+}
+
+// updateValue decodes an UPDATE for a feed with a value column: the new
+// side is always an Insert carrying the value (an update may move the
+// value, such as an expiry, with the key unchanged), with a nil Key when the
+// server did not resend an unchanged key (TOAST); the old side is a Delete
+// as without a value column.
+func (d *decoder) updateValue(rel relation, m *pglogrepl.UpdateMessage, newSt int, newKey []byte) error {
+	switch m.OldTupleType {
+	case pglogrepl.UpdateMessageTupleTypeKey, pglogrepl.UpdateMessageTupleTypeOld:
+		oldSt, old, err := oldKey(rel, m.OldTupleType, m.OldTuple)
+		if err != nil {
+			return err
+		}
+		switch {
+		case oldSt == colValue && (newSt != colValue || !bytes.Equal(old, newKey)):
+			d.add(changefeed.Delete, old)
+		case oldSt == colUnknown:
+			d.add(changefeed.UnknownDelete, nil)
+		}
+	default:
+		if !rel.identity && newSt != colUnknown {
+			d.add(changefeed.UnknownDelete, nil)
+		}
+	}
+	switch newSt {
+	case colValue:
+		d.addValue(rel, newKey, m.NewTuple)
+	case colUnknown:
+		d.addValue(rel, nil, m.NewTuple)
 	}
 	return nil
 }

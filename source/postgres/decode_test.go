@@ -124,7 +124,7 @@ func formatTxn(t *changefeed.Txn) string {
 
 // decodeAllMsgs runs msgs through a decoder and formats the transactions.
 func decodeAllMsgs(msgs [][]byte) (string, error) {
-	d := newDecoder(ours, "email")
+	d := newDecoder(ours, "email", "")
 	var out []string
 	for _, m := range msgs {
 		t, err := d.message(m)
@@ -218,7 +218,7 @@ func FuzzDecoder(f *testing.F) {
 	f.Add(join(txn(relFull, msgUpdate(ours, 'O', row(tst), row(tA)), msgTruncate(ours))))
 	f.Add(join(txn(msgRelation(other, 'd', "id"), msgInsert(other, row(tA)))))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		d := newDecoder(ours, "email")
+		d := newDecoder(ours, "email", "")
 		for len(in) > 0 {
 			n := int(in[0])
 			in = in[1:]
@@ -253,4 +253,58 @@ func FuzzDecoder(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDecoderValue: with a value column every insert and every update's new
+// side is an Insert carrying the column's text (nil for NULL), even an
+// update that kept the key, and one whose key was not resent.
+func TestDecoderValue(t *testing.T) {
+	format := func(t *changefeed.Txn) string {
+		var s []string
+		for _, c := range t.Changes {
+			s = append(s, fmt.Sprintf("%v %q %q", c.Kind, c.Key, c.Value))
+		}
+		return strings.Join(s, ",")
+	}
+	rowV := func(email, note col) []byte { return tuple(col{'t', "7"}, email, note) }
+	for _, tc := range []struct {
+		name string
+		msgs [][]byte
+		want string
+		err  error
+	}{
+		{"insert", txn(relIndex, msgInsert(ours, rowV(tA, col{'t', "v1"}))), `insert "a@x" "v1"`, nil},
+		{"insert null value", txn(relIndex, msgInsert(ours, rowV(tA, null))), `insert "a@x" ""`, nil},
+		{"index: key unchanged", txn(relIndex, msgUpdate(ours, 0, nil, rowV(tA, col{'t', "v2"}))), `insert "a@x" "v2"`, nil},
+		{"index: key changed", txn(relIndex, msgUpdate(ours, 'K', tuple(null, tA, null), rowV(tB, col{'t', "v3"}))), `delete "a@x" "",insert "b@x" "v3"`, nil},
+		{"default: update", txn(relDefault, msgUpdate(ours, 0, nil, rowV(tA, col{'t', "v4"}))), `unknown-delete "" "",insert "a@x" "v4"`, nil},
+		{"full: same key", txn(relFull, msgUpdate(ours, 'O', rowV(tA, col{'t', "v1"}), rowV(tA, col{'t', "v5"}))), `insert "a@x" "v5"`, nil},
+		{"key not resent", txn(relIndex, msgUpdate(ours, 0, nil, rowV(tst, col{'t', "v6"}))), `insert "" "v6"`, nil},
+	} {
+		d := newDecoder(ours, "email", "note")
+		var got []string
+		var err error
+		for _, m := range tc.msgs {
+			var tx *changefeed.Txn
+			if tx, err = d.message(m); err != nil {
+				break
+			}
+			if tx != nil {
+				got = append(got, format(tx))
+			}
+		}
+		if !errors.Is(err, tc.err) || tc.err == nil && strings.Join(got, " ") != tc.want {
+			t.Errorf("%s: got %q, %v; want %q, %v", tc.name, got, err, tc.want, tc.err)
+		}
+	}
+	if _, err := newDecoder(ours, "email", "expires").message(relIndex); !errors.Is(err, ErrKeyColumn) {
+		t.Errorf("relation without the value column: %v, want ErrKeyColumn", err)
+	}
+	d := newDecoder(ours, "email", "note")
+	d.message(msgBegin())
+	d.message(relIndex)
+	d.message(msgInsert(ours, rowV(tA, null)))
+	if tx, _ := d.message(msgCommit(0x200, 0x230)); tx == nil || tx.Changes[0].Value != nil {
+		t.Errorf("a NULL value: %+v, want a nil Value", tx)
+	}
 }

@@ -34,8 +34,6 @@ type Expiring struct {
 
 func (e Expiring) query() (string, error) {
 	switch {
-	case e.Pool == nil:
-		return "", errors.New("postgres: Expiring.Pool is required")
 	case e.Query != "":
 		return e.Query, nil
 	case e.Table != "" && e.KeyColumn != "" && e.ExpiresColumn != "":
@@ -49,11 +47,25 @@ func (e Expiring) query() (string, error) {
 // ScanExpiring calls fn for every row with a non-NULL key and expiry, from
 // one snapshot of the table.
 func (e Expiring) ScanExpiring(ctx context.Context, fn func(key []byte, expiresAt time.Time) error) error {
+	if e.Pool == nil {
+		return errors.New("postgres: Expiring.Pool is required")
+	}
+	return e.scan(ctx, e.Pool, fn)
+}
+
+// ScanExpiringTx is ScanExpiring in tx (Feed.BootstrapTx's), Pool unused.
+func (e Expiring) ScanExpiringTx(ctx context.Context, tx pgx.Tx, fn func(key []byte, expiresAt time.Time) error) error {
+	return e.scan(ctx, tx, fn)
+}
+
+func (e Expiring) scan(ctx context.Context, db interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, fn func(key []byte, expiresAt time.Time) error) error {
 	q, err := e.query()
 	if err != nil {
 		return err
 	}
-	rows, err := e.Pool.Query(ctx, q)
+	rows, err := db.Query(ctx, q)
 	if err != nil {
 		return fmt.Errorf("postgres: scan expiring: %w", err)
 	}
@@ -78,4 +90,30 @@ func (e Expiring) ScanExpiring(ctx context.Context, fn func(key []byte, expiresA
 		return fmt.Errorf("postgres: scan expiring: %w", err)
 	}
 	return nil
+}
+
+// ErrBadTimestamp reports text that is not a timestamptz as a server with
+// DateStyle ISO writes it.
+var ErrBadTimestamp = errors.New("postgres: not an ISO timestamp")
+
+// ParseTimestamptz parses a timestamptz (or timestamp, read as UTC) in
+// PostgreSQL's ISO text output, as a feed with a ValueColumn delivers it:
+// "2026-12-01 13:00:00+00", with optional fractional seconds and a zone
+// offset of hours, minutes and seconds ("+05:30", "-03:00:17"). "infinity"
+// is returned as the latest time.Time the package time formats; other
+// forms (BC dates, "-infinity") are ErrBadTimestamp.
+func ParseTimestamptz(b []byte) (time.Time, error) {
+	s := string(b)
+	if s == "infinity" {
+		return time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC), nil
+	}
+	for _, layout := range [...]string{
+		"2006-01-02 15:04:05.999999999Z07", "2006-01-02 15:04:05.999999999Z07:00",
+		"2006-01-02 15:04:05.999999999Z07:00:00", "2006-01-02 15:04:05.999999999",
+	} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%w: %q", ErrBadTimestamp, s)
 }

@@ -60,6 +60,14 @@ type FeedConfig struct {
 	// an unqualified name is found on the role's search_path. Column is the
 	// column's name as written.
 	Table, Column string
+	// ValueColumn, if set, names one more column of Table whose text form
+	// each Insert change carries in changefeed.Change.Value (an expiry,
+	// for a table-backed expiring set); with it every UPDATE's new side is
+	// an Insert. The replication connection then runs with DateStyle ISO
+	// and TimeZone UTC, so a timestamptz arrives as
+	// "2026-12-01 13:00:00+00" (ParseTimestamptz). Such a feed cannot be
+	// fanned out (package fanout refuses a Value).
+	ValueColumn string
 	// Slot is the name of the permanent logical replication slot (lower-case
 	// letters, digits, underscores, at most 63). Default: DefaultName of the
 	// table as the server resolves it, schema-qualified, and Column: "users"
@@ -219,6 +227,12 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 		return nil, fmt.Errorf("postgres: feed: %w", err)
 	}
 	rcfg.RuntimeParams["replication"] = "database"
+	if cfg.ValueColumn != "" {
+		// The walsender formats the value column by its session's
+		// settings: fix them, whatever the server's defaults.
+		rcfg.RuntimeParams["DateStyle"] = "ISO"
+		rcfg.RuntimeParams["TimeZone"] = "UTC"
+	}
 	if rcfg.ConnectTimeout == 0 || rcfg.ConnectTimeout > cfg.Timeout {
 		rcfg.ConnectTimeout = cfg.Timeout
 	}
@@ -395,6 +409,44 @@ func (f *Feed) checkPublication(ctx context.Context, r *resolved) error {
 // missing or does not cover the table. On error the new slot is dropped
 // again. Bootstrap resets the positions Confirm has recorded.
 func (f *Feed) Bootstrap(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error) {
+	return f.bootstrap(ctx, func(r *resolved, snapshot string) error {
+		return f.copySnapshot(ctx, r, snapshot, fn)
+	})
+}
+
+// BootstrapTx is Bootstrap with a read of the consumer's own instead of the
+// key COPY: it (re)creates the slot and calls fn with a read-only
+// transaction holding the slot's exported snapshot, which sees exactly the
+// transactions committed before the returned point; Stream from it
+// delivers exactly those committed after. (A snapshot taken after the slot
+// is created would not do: a transaction whose commit record precedes the
+// point may still be invisible then — waiting for a synchronous standby,
+// say — and the stream does not deliver it.) A table-backed expiring set
+// reads its keys with their expiries through it (Expiring.ScanExpiringTx).
+func (f *Feed) BootstrapTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) (changefeed.Position, error) {
+	return f.bootstrap(ctx, func(_ *resolved, snapshot string) error {
+		conn, err := f.pool.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("postgres: bootstrap: %w", err)
+		}
+		defer conn.Release()
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return fmt.Errorf("postgres: bootstrap: %w", err)
+		}
+		defer tx.Rollback(context.Background())
+		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(snapshot, "'", "''")+"'"); err != nil {
+			return fmt.Errorf("postgres: bootstrap: import snapshot: %w", err)
+		}
+		if err := fn(ctx, tx); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	})
+}
+
+// bootstrap (re)creates the slot and runs read under its exported snapshot.
+func (f *Feed) bootstrap(ctx context.Context, read func(r *resolved, snapshot string) error) (changefeed.Position, error) {
 	r, err := f.resolve(ctx)
 	if err != nil {
 		return 0, err
@@ -419,9 +471,9 @@ func (f *Feed) Bootstrap(ctx context.Context, fn func(key []byte) error) (change
 	}
 	point, err := parseLSN(res.ConsistentPoint)
 	if err == nil {
-		// The exporting connection stays idle until the COPY is done: any
+		// The exporting connection stays idle until the read is done: any
 		// command on it would end the exported snapshot.
-		err = f.copySnapshot(ctx, r, res.SnapshotName, fn)
+		err = read(r, res.SnapshotName)
 	}
 	if err != nil {
 		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -765,7 +817,7 @@ func (f *Feed) streamOnce(ctx context.Context, apply func(changefeed.Txn) error)
 	f.mu.Lock()
 	f.connected, f.lastErr = true, nil
 	f.mu.Unlock()
-	s := &session{f: f, conn: conn, dec: newDecoder(r.oid, f.cfg.Column), apply: apply}
+	s := &session{f: f, conn: conn, dec: newDecoder(r.oid, f.cfg.Column, f.cfg.ValueColumn), apply: apply}
 	return true, s.run(ctx)
 }
 
