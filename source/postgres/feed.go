@@ -425,23 +425,15 @@ func (f *Feed) Bootstrap(ctx context.Context, fn func(key []byte) error) (change
 // reads its keys with their expiries through it (Expiring.ScanExpiringTx).
 func (f *Feed) BootstrapTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) (changefeed.Position, error) {
 	return f.bootstrap(ctx, func(_ *resolved, snapshot string) error {
-		conn, err := f.pool.Acquire(ctx)
+		st, err := importSnapshot(ctx, f.pool, snapshot) // parallel.go
 		if err != nil {
-			return fmt.Errorf("postgres: bootstrap: %w", err)
-		}
-		defer conn.Release()
-		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-		if err != nil {
-			return fmt.Errorf("postgres: bootstrap: %w", err)
-		}
-		defer tx.Rollback(context.Background())
-		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(snapshot, "'", "''")+"'"); err != nil {
-			return fmt.Errorf("postgres: bootstrap: import snapshot: %w", err)
-		}
-		if err := fn(ctx, tx); err != nil {
 			return err
 		}
-		return tx.Commit(ctx)
+		defer st.close()
+		if err := fn(ctx, st.tx); err != nil {
+			return err
+		}
+		return st.tx.Commit(ctx)
 	})
 }
 
@@ -495,19 +487,12 @@ func (f *Feed) copySnapshot(ctx context.Context, r *resolved, snapshot string, f
 	if parts := f.bootstrapParts(); parts > 1 { // parallel.go
 		return copySnapshotKeys(ctx, f.pool, snapshot, r.table, f.cfg.Column, parts, fn)
 	}
-	conn, err := f.pool.Acquire(ctx)
+	st, err := importSnapshot(ctx, f.pool, snapshot) // parallel.go
 	if err != nil {
-		return fmt.Errorf("postgres: bootstrap: %w", err)
+		return err
 	}
-	defer conn.Release()
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return fmt.Errorf("postgres: bootstrap: %w", err)
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(snapshot, "'", "''")+"'"); err != nil {
-		return fmt.Errorf("postgres: bootstrap: import snapshot: %w", err)
-	}
+	defer st.close()
+	tx := st.tx
 	if err := f.copyKeys(ctx, tx.Conn().PgConn(), r, fn); err != nil {
 		return err
 	}
