@@ -96,12 +96,19 @@ func TestStressNoFalseNegatives(t *testing.T) {
 				committed.add(emails("user", initial)(i))
 			}
 			var builds, kills atomic.Int64
+			var killedIn atomic.Int64 // the rebuild whose COPY was last killed (builds counts rebuilds done)
+			killedIn.Store(-1)
 			g, err := bloomgate.New(bloomgate.Config{Source: users.Source(), FPRate: 0.01, NewFilter: kind.newFilter,
 				RebuildOverlap: 500 * time.Millisecond,
 				OnProgress: func(p bloomgate.Progress) {
-					if p.Done || p.Keys != 1<<16 || builds.Load()%3 != 2 {
+					// Progress is reported as parts' batches are added, so a
+					// report may land past 1<<16 without one at it: kill on
+					// the first report at or past it, once per such rebuild.
+					b := builds.Load()
+					if p.Done || p.Keys < 1<<16 || b%3 != 2 || killedIn.Load() == b {
 						return
 					}
+					killedIn.Store(b)
 					var k int64
 					pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 						WHERE query LIKE 'COPY (SELECT "email" FROM "`+schema+`"."users_`+kind.name+`"%' AND state = 'active' AND pid <> pg_backend_pid()`).Scan(&k)
