@@ -69,6 +69,7 @@ const (
 	NameBloomgateH   = "bloomgate-hashed"
 	NameBloomgateB   = "bloomgate-builder"
 	NameBlobloom     = "blobloom"
+	NameBlobloomSync = "blobloom-sync"
 	NameBitsAndBloom = "bits-and-blooms"
 	NameBinaryFuse8  = "binaryfuse8"
 )
@@ -80,6 +81,7 @@ func Contenders() []Contender {
 		{Name: NameBloomgateH, Codec: "the same as bloomgate (same filter, looked up as MayContainHash(Hash(key)))", Build: buildBloomgateHashed},
 		{Name: NameBloomgateB, Codec: "the same as bloomgate (filled with a filter.BloomBuilder, then looked up like bloomgate)", Build: buildBloomgateBuilder},
 		{Name: NameBlobloom, Codec: "blobloom.Dump / blobloom.NewLoader(r).Load", Build: buildBlobloom},
+		{Name: NameBlobloomSync, Codec: "blobloom.DumpSync / blobloom.NewLoader(r).LoadSync", Build: buildBlobloomSync},
 		{Name: NameBitsAndBloom, Codec: "BloomFilter.WriteTo / BloomFilter.ReadFrom", Build: buildBitsAndBlooms},
 		{Name: NameBinaryFuse8, Static: true, Codec: "BinaryFuse8.Save / xorfilter.LoadBinaryFuse8", Build: buildBinaryFuse8},
 	}
@@ -381,6 +383,105 @@ func (x *blobloomFilter) Decode(enc []byte) (Filter, error) {
 		return nil, err
 	}
 	return &blobloomFilter{f: f, n: x.n, p: x.p}, nil
+}
+
+// blobloom-sync: blobloom.SyncFilter, blobloom's filter that is safe for
+// concurrent Adds and lookups (an atomic OR per bit), as filter.Bloom is.
+
+type blobloomSyncFilter struct {
+	f *blobloom.SyncFilter
+	n int
+	p float64
+}
+
+func newBlobloomSync(n int, p float64) *blobloom.SyncFilter {
+	return blobloom.NewSyncOptimized(blobloom.Config{Capacity: uint64(n), FPRate: p})
+}
+
+func buildBlobloomSync(keys [][]byte, p float64) (Filter, error) {
+	f := newBlobloomSync(len(keys), p)
+	for _, k := range keys {
+		f.Add(hash(k))
+	}
+	return &blobloomSyncFilter{f: f, n: len(keys), p: p}, nil
+}
+
+func (x *blobloomSyncFilter) BenchAdd(b *testing.B, keys [][]byte) {
+	f := newBlobloomSync(x.n, x.p)
+	i := 0
+	for b.Loop() {
+		if i == len(keys) {
+			b.StopTimer()
+			f = newBlobloomSync(x.n, x.p)
+			i = 0
+			b.StartTimer()
+		}
+		f.Add(hash(keys[i]))
+		i++
+	}
+}
+
+func (x *blobloomSyncFilter) BenchLookup(b *testing.B, keys [][]byte) int {
+	f, hits, i := x.f, 0, 0
+	for b.Loop() {
+		if f.Has(hash(keys[i])) {
+			hits++
+		}
+		if i++; i == len(keys) {
+			i = 0
+		}
+	}
+	return hits
+}
+
+func (x *blobloomSyncFilter) BenchLookupBatch(b *testing.B, keys [][]byte) int {
+	f := x.f
+	return benchBatches(b, keys, func(keys [][]byte, out []bool) int {
+		n := 0
+		for i, k := range keys {
+			ok := f.Has(hash(k))
+			out[i] = ok
+			if ok {
+				n++
+			}
+		}
+		return n
+	})
+}
+
+func (x *blobloomSyncFilter) Count(keys [][]byte) int {
+	hits := 0
+	for _, k := range keys {
+		if x.f.Has(hash(k)) {
+			hits++
+		}
+	}
+	return hits
+}
+
+// Bytes is what the SyncFilter allocated: blobloom.Optimize's bits rounded
+// up to whole blocks, as NewSync does (SyncFilter has no NumBits).
+func (x *blobloomSyncFilter) Bytes() int {
+	nbits, _ := blobloom.Optimize(blobloom.Config{Capacity: uint64(x.n), FPRate: x.p})
+	nbits = (nbits + blobloom.BlockBits - 1) / blobloom.BlockBits * blobloom.BlockBits
+	return int(nbits / 8)
+}
+
+func (x *blobloomSyncFilter) Encode(w io.Writer) error {
+	_, err := blobloom.DumpSync(w, x.f, "")
+	return err
+}
+
+func (x *blobloomSyncFilter) Decode(enc []byte) (Filter, error) {
+	l, err := blobloom.NewLoader(bytes.NewReader(enc))
+	if err != nil {
+		return nil, err
+	}
+	f, err := l.LoadSync(nil)
+	if err != nil {
+		return nil, err
+	}
+	return &blobloomSyncFilter{f: f, n: x.n, p: x.p}, nil
 }
 
 // bits-and-blooms: a classic Bloom filter, hashing with 128-bit murmur3.

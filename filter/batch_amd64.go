@@ -2,6 +2,8 @@
 
 package filter
 
+import "golang.org/x/sys/cpu"
+
 // The batched lookup's inner loops in assembly (batch_amd64.s):
 // batch_other.go is the portable twin (other architectures, and build tag
 // purego), which TestProbeAllMatches checks against MayContainHash.
@@ -27,8 +29,28 @@ func (f *Bloom) probeAll(hs []uint64, out []bool) int {
 	if len(hs) == 0 {
 		return 0
 	}
+	if useAVX512 && f.k <= uint32(len(probePowers)) {
+		return probeBlocksAVX512(&f.words[0], f.blocks, uint64(f.k), &hs[0], &out[0], len(hs), &probePowers)
+	}
 	return probeBlocks(&f.words[0], f.blocks, uint64(f.k), &hs[0], &out[0], len(hs))
 }
+
+// useAVX512 selects probeBlocksAVX512, which tests a key's K bits at once
+// instead of one after the other (on the machine of docs/benchmarks.md, a
+// third of the batch's probing time). Tests turn it off to check both.
+var useAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasBMI2
+
+// probePowers[i] is probeMul^(i+1): the product the (i+1)-th probe of
+// MayContainHash reaches by repeated multiplication, for
+// probeBlocksAVX512's lanes.
+var probePowers = func() (p [16]uint64) {
+	m := uint64(1)
+	for i := range p {
+		m *= probeMul
+		p[i] = m
+	}
+	return p
+}()
 
 // prefetchBlocks prefetches block (h>>32)*blocks>>32 of words for each of the
 // n hashes at hs. Each block index is below blocks, so it reads only words.
@@ -42,3 +64,9 @@ func prefetchBlocks(words *uint64, blocks uint64, hs *uint64, n int)
 //
 //go:noescape
 func probeBlocks(words *uint64, blocks, k uint64, hs *uint64, out *bool, n int) int
+
+// probeBlocksAVX512 is probeBlocks for 1 <= k <= 16 on a CPU with AVX-512
+// F and DQ and BMI2 (useAVX512). powers is probePowers.
+//
+//go:noescape
+func probeBlocksAVX512(words *uint64, blocks, k uint64, hs *uint64, out *bool, n int, powers *[16]uint64) int

@@ -4,6 +4,9 @@ package filter
 
 import "sync/atomic"
 
+// useAVX512 is always false here: the portable probe has no vector twin.
+var useAVX512 = false
+
 // prefetch loads the first word of the block of every hash in hs, so that the
 // blocks are in cache when they are probed. The loads' results are unused;
 // they are atomic because Add may be writing the words (and the compiler

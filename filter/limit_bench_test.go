@@ -18,7 +18,14 @@ import (
 //   - floor: random cache-line loads into a buffer of the table's size, a
 //     group of hashGroup lines prefetched while the group before is read,
 //     as the batched lookup does; no hashing, no probing. One op is one line.
+//   - floor-keys: floor, also reading each key's slice header and first
+//     byte, in order: the memory a batched lookup of these keys must read
+//     (the 1 M keys, 56 MB with their headers, do not fit in the caches
+//     either, so they stream from memory beside the table's lines).
 //   - batch: MayContainMany of absent e-mail-like keys, 256 a call.
+//   - batch-scalar: batch with the probe that tests the K bits one after
+//     the other (probeBlocks), where the CPU has AVX-512 (otherwise batch
+//     again).
 //   - batch-hashed: MayContainHashMany of the same keys' hashes.
 //   - single: MayContain of the same keys, one at a time.
 //
@@ -48,7 +55,29 @@ func BenchmarkLimit(b *testing.B) {
 				}
 				benchGroups(b, hs, func(hs []uint64) { floorSink += floorLoads(buf, f.blocks, hs) })
 			})
+			b.Run(name+"/op=floor-keys", func(b *testing.B) {
+				hugePagesOn = pages == "huge"
+				buf := allocWords(uint64(len(f.words)))
+				hugePagesOn = true
+				for i := range buf {
+					buf[i] = uint64(i)
+				}
+				i := 0
+				benchGroups(b, hs, func(hs []uint64) {
+					floorSink += floorKeyLoads(buf, f.blocks, absent[i:i+len(hs)], hs)
+					if i += len(hs); i == len(absent) {
+						i = 0
+					}
+				})
+			})
 			b.Run(name+"/op=batch", func(b *testing.B) {
+				var out [256]bool
+				benchGroups(b, absent, func(keys [][]byte) { f.MayContainMany(keys, out[:]) })
+			})
+			b.Run(name+"/op=batch-scalar", func(b *testing.B) {
+				saved := useAVX512
+				useAVX512 = false
+				defer func() { useAVX512 = saved }()
 				var out [256]bool
 				benchGroups(b, absent, func(keys [][]byte) { f.MayContainMany(keys, out[:]) })
 			})
@@ -118,6 +147,22 @@ func floorLoads(words []uint64, blocks uint64, hs []uint64) uint64 {
 		prefetchWords(words, blocks, hs[end:min(end+hashGroup, len(hs))])
 		for _, h := range hs[i:end] {
 			sum += blockAt(words, (h>>32)*blocks>>32)[0]
+		}
+	}
+	return sum
+}
+
+// floorKeyLoads is floorLoads that also reads each key's length and first
+// byte (keys[i] goes with hs[i]).
+func floorKeyLoads(words []uint64, blocks uint64, keys [][]byte, hs []uint64) uint64 {
+	var sum uint64
+	prefetchWords(words, blocks, hs[:min(len(hs), hashGroup)])
+	for i := 0; i < len(hs); i += hashGroup {
+		end := min(i+hashGroup, len(hs))
+		prefetchWords(words, blocks, hs[end:min(end+hashGroup, len(hs))])
+		for j, h := range hs[i:end] {
+			k := keys[i+j]
+			sum += uint64(len(k)) + uint64(k[0]) + blockAt(words, (h>>32)*blocks>>32)[0]
 		}
 	}
 	return sum

@@ -222,10 +222,11 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: feed: %w", err)
 	}
-	rcfg, err := pgconn.ParseConfig(cfg.ConnString)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: feed: %w", err)
-	}
+	// The replication connection's settings are the pool's, without the
+	// pool's and pgx's own parameters (pool_max_conns, statement_cache_capacity,
+	// …), which pgxpool.ParseConfig has taken out: sent to the server as
+	// run-time parameters, they would fail every replication connection.
+	rcfg := pcfg.ConnConfig.Config.Copy()
 	rcfg.RuntimeParams["replication"] = "database"
 	if cfg.ValueColumn != "" {
 		// The walsender formats the value column by its session's

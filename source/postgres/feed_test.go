@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -409,6 +410,40 @@ func TestFeedBootstrapExact(t *testing.T) {
 			t.Logf("%d keys, %d transactions streamed", len(c.keys), len(c.txns))
 		})
 	}
+}
+
+// TestFeedPoolParams: a ConnString with pgxpool's and pgx's own parameters
+// (pool_max_conns, statement_cache_capacity) works for the replication
+// connection too, which must not send them to the server as settings (it
+// would refuse every connection: "unrecognized configuration parameter").
+func TestFeedPoolParams(t *testing.T) {
+	fx := newFeedFixture(t, "")
+	fx.exec(t, "INSERT INTO "+fx.table+" (email) SELECT 'user'||g||'@example.com' FROM generate_series(1, 100) g")
+	cfg := fx.cfg
+	sep := "?"
+	if strings.Contains(cfg.ConnString, "?") {
+		sep = "&"
+	}
+	cfg.ConnString += sep + "pool_max_conns=1&statement_cache_capacity=64"
+	f, err := postgres.NewFeed(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := newConsumer()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := f.Bootstrap(ctx, c.add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := c.stream(f, p)
+	fx.exec(t, "INSERT INTO "+fx.table+" (email) VALUES ('after@example.com')")
+	c.waitFor(t, fx.walEnd(t))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkExact(t, c, fx.tableKeys(t))
 }
 
 // TestFeedResumeAfterKill: the consumer confirms a position it made durable,
