@@ -505,10 +505,14 @@ func (fl *follower) bootstrap(ctx context.Context) error {
 			return err
 		}
 		var keys int64
+		add, finish := fl.bootstrapAdder(nf)
 		pos, err := fl.feed.Bootstrap(ctx, func(key []byte) error {
 			keys++
-			return fl.addKey(nf, key)
+			return add(key)
 		})
+		if err == nil {
+			err = finish()
+		}
 		if errors.Is(err, filter.ErrFull) && capacity < 1<<40 {
 			capacity = max(2*capacity, fl.sizeFor(float64(keys), growFactor))
 			continue
@@ -529,6 +533,42 @@ func (fl *follower) bootstrap(ctx context.Context) error {
 			"capacity", capacity, "seconds", g.cfg.Now().Sub(start).Seconds())
 		return nil
 	}
+}
+
+// bootstrapAdder returns how the bootstrap adds keys to nf, a filter no
+// other goroutine can reach until it is published, and finish, to be called
+// (on success) before it is. A Bloom filter is filled through a
+// filter.BloomBuilder, a group of hashes at a time: plain writes whose cache
+// misses overlap, where Add's atomic OR waits for each one (at 100 M keys
+// that was most of the bootstrap's time). Other kinds are filled key by key.
+// The feed calls add one call at a time, which is all the builder needs.
+func (fl *follower) bootstrapAdder(nf Filter) (add func(key []byte) error, finish func() error) {
+	b, ok := nf.(*filter.Bloom)
+	if !ok {
+		return func(key []byte) error { return fl.addKey(nf, key) }, func() error { return nil }
+	}
+	bb := b.Builder()
+	var group [256]uint64
+	n := 0
+	add = func(key []byte) error {
+		h, err := fl.g.hash(key, b.Seed())
+		if err != nil {
+			return nil // over MaxKeyLen: always "maybe"
+		}
+		group[n] = h
+		if n++; n == len(group) {
+			bb.AddHashMany(group[:])
+			n = 0
+		}
+		return nil
+	}
+	finish = func() error {
+		bb.AddHashMany(group[:n])
+		n = 0
+		bb.Finish() // published by publishLocked's atomic store
+		return nil
+	}
+	return add, finish
 }
 
 // addKey adds a scanned key to nf, skipping keys over MaxKeyLen (always

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,10 +19,32 @@ import (
 //
 //	cd bench && go test -run '^$' -bench . -count 6 | tee new.txt
 //	benchstat -col /filter new.txt
+//
+// BLOOMGATE_BENCH_SIZES replaces the sizes, comma-separated (100000000 needs
+// about 8 GB for its keys and four filters).
 var (
-	benchSizes = []int{1_000_000, 10_000_000}
+	benchSizes = envSizes("BLOOMGATE_BENCH_SIZES", []int{1_000_000, 10_000_000})
 	benchRates = []float64{0.01, 0.001}
 )
+
+// envSizes parses the comma-separated sizes in the environment variable
+// name, or returns def when it is unset; it panics on a malformed list,
+// before any benchmark runs.
+func envSizes(name string, def []int) []int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	var sizes []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			panic(fmt.Sprintf("%s=%q: want positive integers separated by commas", name, s))
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes
+}
 
 var fixtures struct {
 	sync.Mutex
