@@ -46,22 +46,22 @@ func BenchmarkLimit(b *testing.B) {
 			hs := make([]uint64, len(absent))
 			hashKeys(absent, f.seed, hs)
 			name := fmt.Sprintf("n=%dM/pages=%s", n/1_000_000, pages)
-			b.Run(name+"/op=floor", func(b *testing.B) {
+			// floorBuf is a buffer of the table's size on the same pages.
+			floorBuf := func() []uint64 {
 				hugePagesOn = pages == "huge"
 				buf := allocWords(uint64(len(f.words)))
 				hugePagesOn = true
 				for i := range buf {
 					buf[i] = uint64(i)
 				}
+				return buf
+			}
+			b.Run(name+"/op=floor", func(b *testing.B) {
+				buf := floorBuf()
 				benchGroups(b, hs, func(hs []uint64) { floorSink += floorLoads(buf, f.blocks, hs) })
 			})
 			b.Run(name+"/op=floor-keys", func(b *testing.B) {
-				hugePagesOn = pages == "huge"
-				buf := allocWords(uint64(len(f.words)))
-				hugePagesOn = true
-				for i := range buf {
-					buf[i] = uint64(i)
-				}
+				buf := floorBuf()
 				i := 0
 				benchGroups(b, hs, func(hs []uint64) {
 					floorSink += floorKeyLoads(buf, f.blocks, absent[i:i+len(hs)], hs)

@@ -126,13 +126,17 @@ func BenchmarkBootstrap(b *testing.B) {
 	report := func(b *testing.B) {
 		b.ReportMetric(float64(rows)*float64(b.N)/b.Elapsed().Seconds()/1e6, "Mkeys/s")
 	}
+	newFeed := func(b *testing.B, parts string) *postgres.Feed {
+		f, err := postgres.NewFeed(feedConfig(parts))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { f.Close() })
+		return f
+	}
 	for _, parts := range []string{"max", "1"} {
 		b.Run("parts="+parts+"/feed-discard", func(b *testing.B) {
-			f, err := postgres.NewFeed(feedConfig(parts))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer f.Close()
+			f := newFeed(b, parts)
 			for b.Loop() {
 				n := 0
 				if _, err := f.Bootstrap(ctx, func([]byte) error { n++; return nil }); err != nil {
@@ -145,11 +149,7 @@ func BenchmarkBootstrap(b *testing.B) {
 			report(b)
 		})
 		b.Run("parts="+parts+"/gate-follow", func(b *testing.B) {
-			f, err := postgres.NewFeed(feedConfig(parts))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer f.Close()
+			f := newFeed(b, parts)
 			for b.Loop() {
 				g, err := bloomgate.New(bloomgate.Config{FPRate: 0.001})
 				if err != nil {
