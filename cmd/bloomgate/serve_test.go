@@ -62,15 +62,7 @@ func buildBinary(t testing.TB) string {
 }
 
 // freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t testing.TB) string { t.Helper(); return testsvc.FreeAddr(t) }
 
 // server is a running `bloomgate serve` process.
 type server struct {

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,12 +107,7 @@ func startPermServer(t *testing.T, set string) *permServer {
 	feeder, instance := docPermissions(t, set)
 	dir := t.TempDir()
 	for attempt := 0; ; attempt++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
+		addr := testsvc.FreeAddr(t)
 		s := &permServer{url: "nats://" + addr, log: filepath.Join(dir, fmt.Sprint("server", attempt, ".log"))}
 		conf := fmt.Sprintf("listen: %q\njetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 1GB }\n"+
 			"authorization { users: [\n  { user: feeder, password: feeder, permissions: %s }\n  { user: instance, password: instance, permissions: %s }\n] }\n",

@@ -63,12 +63,7 @@ func startACLRedis(t *testing.T, set string) string {
 	feeder, instance := docACLs(t, set)
 	dir := t.TempDir()
 	for attempt := 0; ; attempt++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, port, _ := net.SplitHostPort(l.Addr().String())
-		l.Close()
+		_, port, _ := net.SplitHostPort(testsvc.FreeAddr(t))
 		log := filepath.Join(dir, fmt.Sprint("redis", attempt, ".log"))
 		cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 			"--dir", dir, "--logfile", log)

@@ -616,14 +616,7 @@ func childPIDs(pid int) []int {
 	return out
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func freePort() (int, error) { return FreePort() }
 
 // cleanEnv is the environment without the libpq variables that would
 // point psql or the server elsewhere.

@@ -2,6 +2,7 @@ package testsvc
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -264,5 +265,31 @@ func TestNATSCluster(t *testing.T) {
 		if !c.healthy(i) {
 			t.Fatalf("node n%d not healthy after the restart: %s", i, c.Log(i))
 		}
+	}
+}
+
+// TestFreePort: ports are bindable, below the ephemeral range (so no
+// outgoing connection can take one as its source port before the server
+// binds it), and never handed out twice.
+func TestFreePort(t *testing.T) {
+	_, hi := pickRange()
+	seen := map[int]bool{}
+	for range 200 {
+		p, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+		if hi-10000 >= 1000 && p >= hi {
+			t.Fatalf("port %d is in the ephemeral range (from %d)", p, hi)
+		}
+		l, err := net.Listen("tcp", FreeAddr(t))
+		if err != nil {
+			t.Fatalf("a free address cannot be bound: %v", err)
+		}
+		l.Close()
 	}
 }
