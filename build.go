@@ -155,7 +155,7 @@ func (g *Gate) install(nf Filter, kind string, buffered bool) (time.Time, []jour
 	if g.building {
 		return time.Time{}, nil, ErrBuilding
 	}
-	g.building, g.pendingErr, g.pendingUnapplied = true, nil, 0
+	g.building, g.built, g.pendingErr, g.pendingUnapplied = true, nf, nil, 0
 	if buffered {
 		g.buffering, g.pendingBuf = true, nil
 	} else {
@@ -351,7 +351,7 @@ func (g *Gate) finish(nf Filter, bb *filter.BloomBuilder, kind string, snapshotA
 
 // endBuildLocked clears a build's state. g.mu is held.
 func (g *Gate) endBuildLocked() {
-	g.building, g.pending, g.pendingErr, g.pendingUnapplied = false, nil, nil, 0
+	g.building, g.built, g.pending, g.pendingErr, g.pendingUnapplied = false, nil, nil, nil, 0
 	g.buffering, g.pendingBuf = false, nil
 }
 

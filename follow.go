@@ -310,7 +310,10 @@ type headMark struct {
 }
 
 type feedRebuild struct {
-	nf       Filter
+	nf Filter
+	// buffered: nf is a Bloom filter filled through a BloomBuilder, so
+	// concurrent Adds wait in the gate's pendingBuf until the swap.
+	buffered bool
 	capacity uint64
 	cause    rebuildCause
 	buf      []hashedTxn // transactions applied while its snapshot ran
@@ -535,9 +538,9 @@ func (fl *follower) bootstrap(ctx context.Context) error {
 	}
 }
 
-// bootstrapAdder returns how the bootstrap adds keys to nf, a filter no
-// other goroutine can reach until it is published, and finish, to be called
-// (on success) before it is. A Bloom filter is filled through a
+// bootstrapAdder returns how the bootstrap, or a rebuild installed with
+// buffered adds, adds keys to nf, a filter no other goroutine can reach
+// until it is published, and finish, to be called (on success) before it is. A Bloom filter is filled through a
 // filter.BloomBuilder, a group of hashes at a time: plain writes whose cache
 // misses overlap, where Add's atomic OR waits for each one (at 100 M keys
 // that was most of the bootstrap's time). Other kinds are filled key by key.
@@ -879,11 +882,12 @@ func (fl *follower) startRebuildLocked(cause rebuildCause) {
 		g.cfg.Logger.Error("bloomgate: rebuild from the change feed", "err", err)
 		return
 	}
-	if _, _, err := g.install(nf, "rebuild", false); err != nil {
+	_, buffered := nf.(*filter.Bloom) // filled like the bootstrap's (bootstrapAdder)
+	if _, _, err := g.install(nf, "rebuild", buffered); err != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rb := &feedRebuild{nf: nf, capacity: capacity, cause: cause, cancel: cancel}
+	rb := &feedRebuild{nf: nf, buffered: buffered, capacity: capacity, cause: cause, cancel: cancel}
 	fl.rebuild = rb
 	g.cfg.Logger.Info("bloomgate: rebuilding from the change feed", "reason", cause, "capacity", capacity)
 	fl.wg.Go(func() { fl.runRebuild(ctx, rb) })
@@ -896,10 +900,14 @@ func (fl *follower) runRebuild(ctx context.Context, rb *feedRebuild) {
 	defer rb.cancel()
 	start := g.cfg.Now()
 	var keys int64
+	add, finish := fl.bootstrapAdder(rb.nf)
 	pos, err := fl.feed.Rebuild(ctx, func(key []byte) error {
 		keys++
-		return fl.addKey(rb.nf, key)
+		return add(key)
 	})
+	if err == nil {
+		err = finish() // from here on rb.nf takes atomic adds (replays, pendingBuf)
+	}
 	if errors.Is(err, filter.ErrFull) {
 		rb.refused, err = true, nil
 	}
@@ -934,6 +942,11 @@ func (fl *follower) runRebuild(ctx context.Context, rb *feedRebuild) {
 	}
 	g.m.observeBuild("rebuild", g.cfg.Now().Sub(start), nil)
 	g.mu.Lock()
+	if rb.buffered {
+		for _, h := range g.pendingBuf { // Adds made during the rebuild
+			rb.nf.AddHash(h) // a Bloom filter never refuses a key
+		}
+	}
 	g.endBuildLocked()
 	fl.publishLocked(rb.nf, rb.capacity)
 	fl.heldBelow = pos
@@ -948,7 +961,7 @@ func (fl *follower) runRebuild(ctx context.Context, rb *feedRebuild) {
 func (g *Gate) abandonPending(nf Filter) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.pending != nf {
+	if g.built != nf {
 		return
 	}
 	g.endBuildLocked()

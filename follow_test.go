@@ -17,6 +17,7 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/filter"
 )
 
 // memFeed is an in-memory table with a commit log, for driving Follow
@@ -557,4 +558,41 @@ func TestFollowRebuildAheadOfStream(t *testing.T) {
 		t.Fatalf("filter holds %d items for %d keys, %d removes of absent keys: transactions before the rebuild's point were applied again",
 			st.Filter.Items, len(live), st.Filter.RemoveMisses)
 	}
+}
+
+// TestFollowRebuildKeepsAdds: a key added with Gate.Add while a rebuild
+// from the feed runs (its row not committed yet, so in neither the copy nor
+// the stream) is in the filter swapped in. The rebuild of a Bloom filter
+// fills it through a builder and holds such adds until the swap.
+func TestFollowRebuildKeepsAdds(t *testing.T) {
+	clock := newFakeClock()
+	feed := newMemFeed(keys("user", 100)...)
+	g, stop := follow(t, feed, bloomgate.Config{Now: clock.Now, RebuildInterval: time.Hour,
+		CheckInterval: time.Nanosecond}, bloomgate.FollowConfig{MaxLag: time.Hour})
+	defer stop()
+	hold := make(chan struct{})
+	feed.mu.Lock()
+	feed.hold = hold
+	feed.mu.Unlock()
+	clock.Advance(2 * time.Hour)                                    // the schedule is due
+	waitApplied(t, g, feed.commit([]string{"t0@example.com"}, nil)) // its apply starts the rebuild, which waits
+	waitFor(t, func() bool { feed.mu.Lock(); defer feed.mu.Unlock(); return feed.rebuilds == 1 })
+	if err := g.AddString("pending@example.com"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.AddMany([][]byte{[]byte("pending-many@example.com")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+	waitFor(t, func() bool { return g.Stats().Builds == 2 && g.Stats().State == bloomgate.StateReady })
+	if st := g.Stats(); st.Filter.Kind != filter.KindBloom {
+		t.Fatalf("filter kind %v, want a Bloom filter", st.Filter.Kind)
+	}
+	// Fresh again (the clock moved past MaxLag): the gate answers from the
+	// new filter, not by failing open, once it applies a transaction
+	// committed now. Its table is almost empty, so a key never added is
+	// absent.
+	waitApplied(t, g, feed.commit(nil, nil))
+	waitFor(t, func() bool { return !g.MayContainString("never@example.com") })
+	checkNoFalseNegatives(t, g, append(keys("user", 100), "t0@example.com", "pending@example.com", "pending-many@example.com"))
 }

@@ -257,6 +257,7 @@ type Gate struct {
 
 	mu         sync.Mutex // guards the fields below; readers never take it
 	building   bool       // a build is in progress (its filter is not serving yet)
+	built      Filter     // that build's filter
 	pending    Filter     // the filter a build fills with concurrent adds, if any
 	pendingErr error      // the first add pending refused
 	// buffering: the build fills its filter from one goroutine with plain
