@@ -523,6 +523,20 @@ func TestWaitReady(t *testing.T) {
 	}
 }
 
+// startHeldRebuild makes the scheduled rebuild (RebuildInterval one hour)
+// due and starts it by a transaction t0@example.com; the feed's Rebuild
+// waits until the returned channel is closed.
+func startHeldRebuild(t *testing.T, g *bloomgate.Gate, feed *memFeed, clock *fakeClock) chan struct{} {
+	t.Helper()
+	hold := make(chan struct{})
+	feed.mu.Lock()
+	feed.hold = hold
+	feed.mu.Unlock()
+	clock.Advance(2 * time.Hour)                                    // the schedule is due
+	waitApplied(t, g, feed.commit([]string{"t0@example.com"}, nil)) // its apply starts the rebuild, which waits
+	return hold
+}
+
 // TestFollowRebuildAheadOfStream: a rebuild whose snapshot point is ahead
 // of the stream (the stream lags) swaps in a filter that already holds the
 // transactions between; the stream must not apply them to it again. Applied
@@ -537,12 +551,7 @@ func TestFollowRebuildAheadOfStream(t *testing.T) {
 		CheckInterval: time.Nanosecond}, bloomgate.FollowConfig{MaxLag: time.Hour})
 	defer stop()
 	waitApplied(t, g, feed.commit([]string{"k@example.com"}, nil)) // k reaches the serving filter
-	hold := make(chan struct{})
-	feed.mu.Lock()
-	feed.hold = hold
-	feed.mu.Unlock()
-	clock.Advance(2 * time.Hour)                                    // the schedule is due
-	waitApplied(t, g, feed.commit([]string{"t0@example.com"}, nil)) // its apply starts the rebuild, which waits
+	hold := startHeldRebuild(t, g, feed, clock)
 	feed.setPaused(true)
 	feed.commit(nil, []string{"k@example.com"}) // not streamed yet, and not in the rebuild's copy
 	feed.commit([]string{"m@example.com"}, nil) // not streamed yet, and in the rebuild's copy
@@ -570,12 +579,7 @@ func TestFollowRebuildKeepsAdds(t *testing.T) {
 	g, stop := follow(t, feed, bloomgate.Config{Now: clock.Now, RebuildInterval: time.Hour,
 		CheckInterval: time.Nanosecond}, bloomgate.FollowConfig{MaxLag: time.Hour})
 	defer stop()
-	hold := make(chan struct{})
-	feed.mu.Lock()
-	feed.hold = hold
-	feed.mu.Unlock()
-	clock.Advance(2 * time.Hour)                                    // the schedule is due
-	waitApplied(t, g, feed.commit([]string{"t0@example.com"}, nil)) // its apply starts the rebuild, which waits
+	hold := startHeldRebuild(t, g, feed, clock)
 	waitFor(t, func() bool { feed.mu.Lock(); defer feed.mu.Unlock(); return feed.rebuilds == 1 })
 	if err := g.AddString("pending@example.com"); err != nil {
 		t.Fatal(err)
