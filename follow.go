@@ -508,7 +508,7 @@ func (fl *follower) bootstrap(ctx context.Context) error {
 			return err
 		}
 		var keys int64
-		add, finish := fl.bootstrapAdder(nf)
+		add, finish := fl.copyAdder(nf)
 		pos, err := fl.feed.Bootstrap(ctx, func(key []byte) error {
 			keys++
 			return add(key)
@@ -538,14 +538,15 @@ func (fl *follower) bootstrap(ctx context.Context) error {
 	}
 }
 
-// bootstrapAdder returns how the bootstrap, or a rebuild installed with
-// buffered adds, adds keys to nf, a filter no other goroutine can reach
-// until it is published, and finish, to be called (on success) before it is. A Bloom filter is filled through a
+// copyAdder returns how a copy of the table (the bootstrap's, or that of a
+// rebuild installed with buffered adds) adds keys to nf, a filter no other
+// goroutine can reach until it is published, and finish, to be called (on
+// success) before it is. A Bloom filter is filled through a
 // filter.BloomBuilder, a group of hashes at a time: plain writes whose cache
 // misses overlap, where Add's atomic OR waits for each one (at 100 M keys
 // that was most of the bootstrap's time). Other kinds are filled key by key.
 // The feed calls add one call at a time, which is all the builder needs.
-func (fl *follower) bootstrapAdder(nf Filter) (add func(key []byte) error, finish func() error) {
+func (fl *follower) copyAdder(nf Filter) (add func(key []byte) error, finish func() error) {
 	b, ok := nf.(*filter.Bloom)
 	if !ok {
 		return func(key []byte) error { return fl.addKey(nf, key) }, func() error { return nil }
@@ -882,7 +883,7 @@ func (fl *follower) startRebuildLocked(cause rebuildCause) {
 		g.cfg.Logger.Error("bloomgate: rebuild from the change feed", "err", err)
 		return
 	}
-	_, buffered := nf.(*filter.Bloom) // filled like the bootstrap's (bootstrapAdder)
+	_, buffered := nf.(*filter.Bloom) // filled like the bootstrap's (copyAdder)
 	if _, _, err := g.install(nf, "rebuild", buffered); err != nil {
 		return
 	}
@@ -900,7 +901,7 @@ func (fl *follower) runRebuild(ctx context.Context, rb *feedRebuild) {
 	defer rb.cancel()
 	start := g.cfg.Now()
 	var keys int64
-	add, finish := fl.bootstrapAdder(rb.nf)
+	add, finish := fl.copyAdder(rb.nf)
 	pos, err := fl.feed.Rebuild(ctx, func(key []byte) error {
 		keys++
 		return add(key)
