@@ -6,7 +6,7 @@ import "golang.org/x/sys/cpu"
 
 // The batched lookup's inner loops in assembly (batch_amd64.s):
 // batch_other.go is the portable twin (other architectures, and build tag
-// purego), which TestProbeAllMatches checks against MayContainHash.
+// purego). TestProbeAllMatches checks every probe against a plain reference.
 
 // prefetch asks the CPU to start loading the block of every hash in hs
 // (PREFETCHT0). A prefetch has no result and retires at once, so unlike a
@@ -36,8 +36,8 @@ func (f *Bloom) probeAll(hs []uint64, out []bool) int {
 }
 
 // useAVX512 selects probeBlocksAVX512, which tests a key's K bits at once
-// instead of one after the other (on the machine of docs/benchmarks.md, a
-// third of the batch's probing time). Tests turn it off to check both.
+// instead of one after the other (0.80–0.85× the batch's time per key on the
+// machine of docs/benchmarks.md). Tests turn it off to check both.
 var useAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasBMI2
 
 // probePowers[i] is probeMul^(i+1): the product the (i+1)-th probe of
