@@ -23,27 +23,27 @@ import (
 // BLOOMGATE_BENCH_SIZES replaces the sizes, comma-separated (100000000 needs
 // about 8 GB for its keys and four filters).
 var (
-	benchSizes = envSizes("BLOOMGATE_BENCH_SIZES", []int{1_000_000, 10_000_000})
+	benchSizes = []int{1_000_000, 10_000_000}
 	benchRates = []float64{0.01, 0.001}
 )
 
-// envSizes parses the comma-separated sizes in the environment variable
-// name, or returns def when it is unset; it panics on a malformed list,
-// before any benchmark runs.
-func envSizes(name string, def []int) []int {
+// sizes returns BLOOMGATE_BENCH_SIZES, comma-separated, or benchSizes when
+// it is unset; a malformed list fails the benchmark.
+func sizes(b *testing.B) []int {
+	const name = "BLOOMGATE_BENCH_SIZES"
 	s := os.Getenv(name)
 	if s == "" {
-		return def
+		return benchSizes
 	}
-	var sizes []int
+	var out []int
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
-			panic(fmt.Sprintf("%s=%q: want positive integers separated by commas", name, s))
+			b.Fatalf("%s=%q: want positive integers separated by commas", name, s)
 		}
-		sizes = append(sizes, n)
+		out = append(out, n)
 	}
-	return sizes
+	return out
 }
 
 var fixtures struct {
@@ -89,7 +89,7 @@ func benchFilter(b *testing.B, c Contender, n int, p float64) Filter {
 // contender. Static filters ignore p and run once per size, under their own
 // fixed rate (p=0.0039 for binaryfuse8).
 func matrix(b *testing.B, adds bool, fn func(b *testing.B, keys *Keys, f Filter)) {
-	for _, n := range benchSizes {
+	for _, n := range sizes(b) {
 		b.Run("n="+fmtN(n), func(b *testing.B) {
 			for _, p := range append(benchRates[:len(benchRates):len(benchRates)], 0) {
 				for _, c := range Contenders() {
