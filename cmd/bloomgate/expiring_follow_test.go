@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,12 +21,7 @@ import (
 // "revoked" over dsn's revocations table, following its change feed.
 func expiringFollowConf(t *testing.T, dsn, extra string) (path, respAddr, httpAddr string) {
 	t.Helper()
-	dir := t.TempDir()
-	respAddr, httpAddr = freeAddr(t), freeAddr(t)
-	conf := fmt.Sprintf(`resp %s
-http %s
-data %s
-set revoked {
+	return serveConf(t, t.TempDir(), fmt.Sprintf(`set revoked {
   postgres %s
   kind expiring
   table revocations
@@ -40,12 +33,7 @@ set revoked {
   slot bg_rev
   publication bg_rev
 %s}
-`, respAddr, httpAddr, filepath.Join(dir, "data"), dsn, extra)
-	path = filepath.Join(dir, "bloomgate.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path, respAddr, httpAddr
+`, dsn, extra))
 }
 
 // TestExpiringFollow: a PostgreSQL table-backed expiring set follows the
@@ -276,13 +264,7 @@ func TestExpiringFollowDefaults(t *testing.T) {
 	pg := testsvc.LogicalPostgres(t)
 	pg.SQL(t, "CREATE TABLE revocations (jti text PRIMARY KEY, expires_at timestamptz)",
 		"CREATE PUBLICATION bloomgate_public_revocations_jti FOR TABLE revocations")
-	dir := t.TempDir()
-	respAddr, httpAddr := freeAddr(t), freeAddr(t)
-	conf := filepath.Join(dir, "bloomgate.conf")
-	os.WriteFile(conf, []byte(fmt.Sprintf(`resp %s
-http %s
-data %s
-set revoked {
+	conf, respAddr, httpAddr := serveConf(t, t.TempDir(), fmt.Sprintf(`set revoked {
   postgres %s
   kind expiring
   table revocations
@@ -291,7 +273,7 @@ set revoked {
   max-ttl 1h
   capacity 1000
 }
-`, respAddr, httpAddr, filepath.Join(dir, "data"), pg.DSN)), 0o644)
+`, pg.DSN))
 	srv := startServe(t, bin, "-config", conf)
 	waitReadyz(t, httpAddr, 20*time.Second)
 	rdb := redis.NewClient(&redis.Options{Addr: respAddr})

@@ -35,11 +35,7 @@ func newFollowedDB(t testing.TB) *testsvc.PG {
 func followConf(t testing.TB, dsn, extra string) (path, respAddr, httpAddr, dataDir string) {
 	t.Helper()
 	dir := t.TempDir()
-	respAddr, httpAddr, dataDir = freeAddr(t), freeAddr(t), filepath.Join(dir, "data")
-	conf := fmt.Sprintf(`resp %s
-http %s
-data %s
-set users {
+	path, respAddr, httpAddr = serveConf(t, dir, fmt.Sprintf(`set users {
   postgres %s
   table users
   column email
@@ -50,12 +46,8 @@ set users {
   max-lag 3s
   snapshot-interval 500ms
 %s}
-`, respAddr, httpAddr, dataDir, dsn, extra)
-	path = filepath.Join(dir, "bloomgate.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path, respAddr, httpAddr, dataDir
+`, dsn, extra))
+	return path, respAddr, httpAddr, filepath.Join(dir, "data")
 }
 
 // readyz is /readyz's reply.

@@ -64,6 +64,19 @@ func buildBinary(t testing.TB) string {
 // freeAddr returns a loopback address that was free a moment ago.
 func freeAddr(t testing.TB) string { t.Helper(); return testsvc.FreeAddr(t) }
 
+// serveConf writes dir/bloomgate.conf: RESP and HTTP on free loopback
+// addresses, data in dir/data, then body (sets, settings).
+func serveConf(t testing.TB, dir, body string) (path, respAddr, httpAddr string) {
+	t.Helper()
+	respAddr, httpAddr = freeAddr(t), freeAddr(t)
+	path = filepath.Join(dir, "bloomgate.conf")
+	conf := fmt.Sprintf("resp %s\nhttp %s\ndata %s\n%s", respAddr, httpAddr, filepath.Join(dir, "data"), body)
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, respAddr, httpAddr
+}
+
 // server is a running `bloomgate serve` process.
 type server struct {
 	cmd    *exec.Cmd
@@ -301,19 +314,14 @@ func TestServeConfigSQLiteSet(t *testing.T) {
 	dir := t.TempDir()
 	dbPath := sqliteUsers(t, dir, 100)
 	ctx := context.Background()
-	respAddr, httpAddr := freeAddr(t), freeAddr(t)
-	conf := filepath.Join(dir, "bloomgate.conf")
-	os.WriteFile(conf, []byte(fmt.Sprintf(`resp %s
-http %s
-data %s
-requirepass pw
+	conf, respAddr, httpAddr := serveConf(t, dir, fmt.Sprintf(`requirepass pw
 set users {
   sqlite %s
   follow no
   query SELECT email FROM users
   confirm SELECT 1 FROM users WHERE email = ?
 }
-`, respAddr, httpAddr, filepath.Join(dir, "data"), dbPath)), 0o644)
+`, dbPath))
 	startServe(t, bin, "-config", conf)
 	rdb := redis.NewClient(&redis.Options{Addr: respAddr, Password: "pw"})
 	defer rdb.Close()
