@@ -92,11 +92,34 @@ type Instance struct {
 	marks     map[changefeed.Position]start // snapshot and batch ends
 	hb        beatValue
 	hbChanged time.Time               // when hb.Beat last changed
+	seen      pollID                  // the newest polled head seen
+	lastRead  time.Time               // the start of the newest heartbeat read
+	head      polledHead              // what Head and HeadAge report
 	skipLocal bool                    // the local snapshot led to a gap
 	loadErr   error                   // why the last Load found nothing usable
 	gen       uint64                  // the generation of the filter loaded
 	restart   context.CancelCauseFunc // ends the running Stream
 }
+
+// pollID names one read of the database's head by a feeder.
+type pollID struct{ term, poll uint64 }
+
+func (a pollID) after(b pollID) bool {
+	return a.term > b.term || a.term == b.term && a.poll > b.poll
+}
+
+// polledHead is a database head read by the feeder, and a time at or
+// before that read, by this process's clock.
+type polledHead struct {
+	pos changefeed.Position
+	at  time.Time
+	ok  bool
+}
+
+// ErrNoPolledHead is returned by Head while no heartbeat has shown this
+// instance a database head read by a feeder in its term (at its start,
+// after a feeder's takeover, or from a feeder of an earlier version).
+var ErrNoPolledHead = errors.New("fanout: no heartbeat yet with a database head the feeder read in its term")
 
 // errNewFilter ends a Stream when the feeder has recorded a snapshot of a
 // newer filter (it rebuilt or bootstrapped): Follow loads it.
@@ -111,7 +134,10 @@ type start struct {
 	local bool
 }
 
-var _ bloomgate.Feed = (*Instance)(nil)
+var (
+	_ bloomgate.Feed        = (*Instance)(nil)
+	_ bloomgate.RelayedHead = (*Instance)(nil)
+)
 
 // NewInstance returns the instance side of the set b describes. Adapters
 // call it (jetstream.Set.NewInstance, redisstream.Set.NewInstance).
@@ -290,7 +316,19 @@ func (in *Instance) vouch(ctx context.Context, b Batch, cur Cursor) error {
 }
 
 // heartbeat reads the feeder's heartbeat and remembers it.
+//
+// The freshness it derives keeps internal/freshness's invariant across two
+// processes. A heartbeat carries the feeder's newest read of the database's
+// head (Polled), numbered within its term (Poll), and how long before the
+// write that read began (PollAge). A read of the heartbeat that began at s
+// and saw an older poll proves the write of every newer one came after s;
+// so when a newer poll appears, its head was read no earlier than
+// s − PollAge, with s the start of the latest read that saw an older one.
+// The first poll an instance ever sees has no such read before it and is
+// not used; a poll that is not newer (a replay, an older term, a heartbeat
+// without a poll) is never used.
 func (in *Instance) heartbeat(ctx context.Context) (beatValue, error) {
+	start := time.Now()
 	v, _, err := in.b.Store.Get(ctx, keyHead)
 	if err != nil {
 		return beatValue{}, fmt.Errorf("fanout: heartbeat: %w", err)
@@ -307,24 +345,47 @@ func (in *Instance) heartbeat(ctx context.Context) (beatValue, error) {
 	if h.Term >= in.hb.Term {
 		in.hb = h
 	}
+	if id := (pollID{h.Term, h.Poll}); h.Poll > 0 && id.after(in.seen) {
+		if !in.lastRead.IsZero() {
+			in.head = polledHead{pos: h.Polled, at: in.lastRead.Add(-h.PollAge), ok: true}
+		}
+		in.seen = id
+	}
+	if start.After(in.lastRead) {
+		in.lastRead = start
+	}
 	return h, nil
 }
 
-// Head returns the database head of the feeder's latest heartbeat, or
-// ErrStaleHead when the heartbeat has not changed for HeadTimeout.
+// Head returns the newest database head a feeder read, as HeadAge does.
 func (in *Instance) Head(ctx context.Context) (changefeed.Position, error) {
-	h, err := in.heartbeat(ctx)
-	if err != nil {
-		return 0, err
+	pos, _, err := in.HeadAge(ctx)
+	return pos, err
+}
+
+// HeadAge implements bloomgate.RelayedHead: the newest database head a
+// feeder read in its term, and how long ago at least it read it. It
+// returns ErrStaleHead when the heartbeat has not changed for HeadTimeout
+// (no feeder is running), and ErrNoPolledHead until a heartbeat shows a
+// head read after this instance's first look (see heartbeat). Either way
+// the gate stops counting itself fresher, and fails open once MaxLag has
+// passed since the head it last passed was read.
+func (in *Instance) HeadAge(ctx context.Context) (changefeed.Position, time.Duration, error) {
+	if _, err := in.heartbeat(ctx); err != nil {
+		return 0, 0, err
 	}
 	in.checkFilter(ctx)
 	in.mu.Lock()
 	age := time.Since(in.hbChanged)
+	head, term := in.head, in.hb.Term
 	in.mu.Unlock()
 	if age > in.cfg.HeadTimeout {
-		return 0, fmt.Errorf("%w: unchanged for %v", ErrStaleHead, age.Round(time.Millisecond))
+		return 0, 0, fmt.Errorf("%w: unchanged for %v", ErrStaleHead, age.Round(time.Millisecond))
 	}
-	return h.Head, nil
+	if !head.ok {
+		return 0, 0, fmt.Errorf("%w (term %d)", ErrNoPolledHead, term)
+	}
+	return head.pos, time.Since(head.at), nil
 }
 
 // checkFilter ends the running Stream when the newest snapshot record is

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/bloomgate/bloomgate/changefeed"
 )
@@ -43,7 +44,7 @@ func TestBatchMAC(t *testing.T) {
 
 func TestHeartbeatAndRecordRoundTrip(t *testing.T) {
 	for _, key := range [][]byte{nil, testKey} {
-		h := beatValue{Term: 3, Head: 0x16B374D848, Beat: 42}
+		h := beatValue{Term: 3, Head: 0x16B374D848, Beat: 42, Poll: 9, Polled: 0x16B374D800, PollAge: 1500 * time.Millisecond}
 		got, err := decodeHeartbeat(appendHeartbeat(nil, h, key), key)
 		if err != nil || got != h {
 			t.Fatalf("heartbeat (key %v): %+v, %v", key != nil, got, err)
@@ -87,6 +88,7 @@ func TestRecordNewer(t *testing.T) {
 func FuzzDecodeHeartbeat(f *testing.F) {
 	f.Add(appendHeartbeat(nil, beatValue{Term: 1, Head: 2, Beat: 3}, nil), false)
 	f.Add(appendHeartbeat(nil, beatValue{Term: 1, Head: 2, Beat: 3}, testKey), true)
+	f.Add(appendHeartbeat(nil, beatValue{Term: 1, Head: 2, Beat: 3, Poll: 4, Polled: 2, PollAge: 5}, nil), false)
 	f.Fuzz(func(t *testing.T, p []byte, keyed bool) {
 		var key []byte
 		if keyed {
