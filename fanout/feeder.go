@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bloomgate/bloomgate"
@@ -79,9 +80,15 @@ var ErrInvalidConfig = errors.New("fanout: invalid config")
 //
 // Run blocks; a Feeder is safe for concurrent use.
 type Feeder struct {
-	b   Backend
-	cfg FeederConfig
+	b    Backend
+	cfg  FeederConfig
+	term atomic.Uint64 // the lease term held now; 0: none
 }
+
+// Leading reports whether the feeder holds the lease now: it publishes
+// the set's log and heartbeat (the process's role is "feeder"); false
+// while it waits for the lease ("standby").
+func (f *Feeder) Leading() bool { return f.term.Load() != 0 }
 
 // NewFeeder returns a feeder for the set b describes. Adapters call it
 // (jetstream.Set.NewFeeder, redisstream.Set.NewFeeder).
@@ -119,6 +126,7 @@ func (f *Feeder) Run(ctx context.Context) error {
 			return err
 		}
 		log.Info("bloomgate: feeder lease acquired", "set", f.b.Name, "id", f.cfg.ID, "term", term)
+		f.term.Store(term)
 		lctx, cancel := context.WithCancel(ctx)
 		pub := &publisher{f: f, term: term, lease: lease, cancel: cancel, beat: make(chan struct{}, 1), firstPoll: make(chan struct{})}
 		pub.startGen(lctx)
@@ -128,6 +136,7 @@ func (f *Feeder) Run(ctx context.Context) error {
 		fcfg := f.cfg.Follow
 		fcfg.Snapshots = &snapshots{b: &f.b, pub: pub, loaded: pub.loaded}
 		err = f.cfg.Gate.Follow(lctx, pub, fcfg)
+		f.term.Store(0)
 		cancel()
 		wg.Wait()
 		rctx, rcancel := context.WithTimeout(context.Background(), f.b.LeaseTTL)
