@@ -19,7 +19,8 @@ var (
 	// ErrSnapshotOnly is returned by an Instance's Bootstrap and Rebuild:
 	// instances never scan the database; they start from the feeder's
 	// snapshots. Follow then fails open and tries again (with backoff), and
-	// starts from the newest snapshot once one is there.
+	// starts from the newest snapshot once one is there; while none is
+	// recorded at all, Bootstrap first waits up to 30 s for the first.
 	ErrSnapshotOnly = errors.New("fanout: instances start only from the feeder's snapshots")
 	// ErrStaleHead is returned by Head when the feeder's heartbeat has not
 	// changed for InstanceConfig.HeadTimeout: no feeder is publishing.
@@ -116,6 +117,10 @@ type polledHead struct {
 	ok  bool
 }
 
+// firstSnapshotWait bounds how long Bootstrap waits for a set's first
+// snapshot record.
+const firstSnapshotWait = 30 * time.Second
+
 // ErrNoPolledHead is returned by Head while no heartbeat has shown this
 // instance a database head read by a feeder in its term (at its start,
 // after a feeder's takeover, or from a feeder of an earlier version).
@@ -204,6 +209,18 @@ func (in *Instance) cursorOf(pos changefeed.Position) (Cursor, uint64, uint64, b
 // usable snapshot (none yet, or refused ones: another Key, damage), so that
 // the gate's reason says it.
 func (in *Instance) Bootstrap(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error) {
+	// Nothing recorded yet (a set's first start): wait here for the
+	// feeder's first snapshot, so that Follow loads it at once instead of
+	// failing again and again with a growing backoff.
+	deadline := time.Now().Add(firstSnapshotWait)
+	for time.Now().Before(deadline) {
+		if _, _, err := in.b.Store.Get(ctx, keySnapshot); !errors.Is(err, ErrNotFound) {
+			break
+		}
+		if backoff.Sleep(ctx, 20*time.Millisecond) != nil {
+			break
+		}
+	}
 	in.mu.Lock()
 	why := in.loadErr
 	in.mu.Unlock()
