@@ -150,6 +150,13 @@ func runFeederOutage(t *testing.T, engine string) {
 			n.srv.wait()
 		}
 		time.Sleep(headTimeout + maxLag + 3*time.Second)
+		// No feeder for longer than max-lag: the instance-only process says
+		// it is not ready, and why.
+		if r, err := getReadyz(inst.http); err != nil || r.Ready || r.Sets["users"].Ready || r.Sets["users"].Reason == "" {
+			t.Errorf("%s cycle %d: /readyz of the instance-only process with every feeder down: %+v, %v", engine, c, r, err)
+		} else if c == 0 {
+			t.Logf("%s: /readyz with every feeder down: %s", engine, r.Sets["users"].Reason)
+		}
 		restarted := time.Now()
 		n := []*fanNode{a, b}[c%2]
 		n.srv = startServe(t, bin, n.args...)
