@@ -366,27 +366,32 @@ func Continue(pos changefeed.Position, b Batch) ([]changefeed.Txn, error) {
 // FeederConfig.HeartbeatInterval and with every batch: the lease term it
 // publishes under, the newest position it knows the database has reached
 // (Head: what vouches for a batch), and the database head it last read
-// itself in this term (Polled, read by poll number Poll, PollAge before the
-// write). Beat grows with every write, so a heartbeat that stops changing
-// is stale.
+// itself in this term (Polled, by read number Poll). Beat grows with every
+// write, so a heartbeat that stops changing is stale.
 //
 // Only Polled says how fresh an instance is: Head may be a position the
 // feeder published from its own (possibly lagging) stream, which says
 // nothing of what the database holds now. Poll is 0 until the feeder has
-// read the database's head in this term, and such a heartbeat makes no
-// instance fresh.
+// read the database's head in this term. Gap is how long after the first
+// successful write of read Poll−1's heartbeat read Poll began (feeder
+// time); negative: not known (the first read of a term, or no write of
+// the previous read succeeded). Instance.heartbeat derives the read's time
+// from it.
 type beatValue struct {
-	Term    uint64
-	Head    changefeed.Position
-	Beat    uint64
-	Poll    uint64
-	Polled  changefeed.Position
-	PollAge time.Duration
+	Term   uint64
+	Head   changefeed.Position
+	Beat   uint64
+	Poll   uint64
+	Polled changefeed.Position
+	Gap    time.Duration
 }
 
+// gapUnknown encodes a negative Gap.
+const gapUnknown = math.MaxUint64
+
 // appendHeartbeat encodes h: version | flags | term u64 | head u64 |
-// beat u64 | poll u64 | polled u64 | poll age u64 (ns) | [MAC] | CRC, all
-// little-endian.
+// beat u64 | poll u64 | polled u64 | gap u64 (ns; all ones: unknown) |
+// [MAC] | CRC, all little-endian.
 func appendHeartbeat(dst []byte, h beatValue, key []byte) []byte {
 	start := len(dst)
 	dst = header(dst, key)
@@ -395,7 +400,11 @@ func appendHeartbeat(dst []byte, h beatValue, key []byte) []byte {
 	dst = binary.LittleEndian.AppendUint64(dst, h.Beat)
 	dst = binary.LittleEndian.AppendUint64(dst, h.Poll)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(h.Polled))
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(max(h.PollAge, 0)))
+	gap := uint64(gapUnknown)
+	if h.Gap >= 0 {
+		gap = uint64(h.Gap)
+	}
+	dst = binary.LittleEndian.AppendUint64(dst, gap)
 	return seal(dst, start, domainHead, key)
 }
 
@@ -416,18 +425,21 @@ func decodeHeartbeat(p []byte, key []byte) (beatValue, error) {
 		Term: binary.LittleEndian.Uint64(body[2:]),
 		Head: changefeed.Position(binary.LittleEndian.Uint64(body[10:])),
 		Beat: binary.LittleEndian.Uint64(body[18:]),
+		Gap:  -1,
 	}
 	if len(body) == heartbeatV1Len {
 		return h, nil
 	}
-	age := binary.LittleEndian.Uint64(body[42:])
-	if age > math.MaxInt64 {
-		return beatValue{}, fmt.Errorf("%w: heartbeat poll age %d ns", ErrCorrupt, age)
-	}
 	h.Poll = binary.LittleEndian.Uint64(body[26:])
 	h.Polled = changefeed.Position(binary.LittleEndian.Uint64(body[34:]))
-	h.PollAge = time.Duration(age)
-	if h.Poll == 0 && (h.Polled != 0 || h.PollAge != 0) {
+	switch gap := binary.LittleEndian.Uint64(body[42:]); {
+	case gap == gapUnknown:
+	case gap > math.MaxInt64:
+		return beatValue{}, fmt.Errorf("%w: heartbeat gap %d ns", ErrCorrupt, gap)
+	default:
+		h.Gap = time.Duration(gap)
+	}
+	if h.Poll == 0 && (h.Polled != 0 || h.Gap >= 0) {
 		return beatValue{}, fmt.Errorf("%w: heartbeat with a polled head but no poll", ErrCorrupt)
 	}
 	return h, nil

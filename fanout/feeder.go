@@ -187,7 +187,8 @@ type publisher struct {
 	dbHead    changefeed.Position
 	poll      uint64              // database head reads in this term
 	polled    changefeed.Position // the newest head read
-	polledAt  time.Time           // before that read
+	gap       time.Duration       // from firstOK of the previous read to this read; <0: unknown
+	firstOK   time.Time           // when the first heartbeat of this read was written; zero: not yet
 	firstPoll chan struct{}       // closed by the term's first head read
 	headFails int                 // head reads failed in a row
 	beat      chan struct{}       // asks the heartbeat for a write now
@@ -276,17 +277,24 @@ func (p *publisher) heartbeat(ctx context.Context) {
 			p.pollHead(ctx)
 		}
 		p.mu.Lock()
-		h := beatValue{Term: p.term, Head: max(p.dbHead, p.published), Poll: p.poll, Polled: p.polled}
-		if p.poll > 0 {
-			h.PollAge = time.Since(p.polledAt)
-		}
+		h := beatValue{Term: p.term, Head: max(p.dbHead, p.published), Poll: p.poll, Polled: p.polled, Gap: p.gap}
 		p.mu.Unlock()
 		var retry <-chan time.Time
 		if h.Poll > 0 {
 			beat = max(beat+1, uint64(time.Now().UnixNano()))
 			h.Beat = beat
 			buf = appendHeartbeat(buf[:0], h, p.f.b.Key)
-			if err := p.f.b.Store.Put(ctx, keyHead, buf); err != nil && ctx.Err() == nil {
+			err := p.f.b.Store.Put(ctx, keyHead, buf)
+			switch {
+			case err == nil:
+				// Instances bound the next read's time by this write's:
+				// it is complete, so visible, before that read begins.
+				p.mu.Lock()
+				if p.firstOK.IsZero() {
+					p.firstOK = time.Now()
+				}
+				p.mu.Unlock()
+			case ctx.Err() == nil:
 				p.f.b.Logger.Warn("bloomgate: feeder heartbeat", "set", p.f.b.Name, "err", err)
 			}
 		} else {
@@ -325,7 +333,12 @@ func (p *publisher) pollHead(ctx context.Context) {
 		p.headFails = 0
 	}
 	p.dbHead = max(p.dbHead, h)
-	p.polled, p.polledAt = max(p.polled, h), at
+	p.polled = max(p.polled, h)
+	p.gap = -1
+	if !p.firstOK.IsZero() {
+		p.gap = at.Sub(p.firstOK)
+	}
+	p.firstOK = time.Time{}
 	if p.poll++; p.poll == 1 {
 		close(p.firstPoll)
 	}

@@ -90,35 +90,48 @@ func TestInstanceHeadFreshness(t *testing.T) {
 			t.Fatalf("%s: HeadAge = %v, %v, %v; want %v, at least %v old", step, pos, age, err, want, minAge)
 		}
 	}
-	// The first heartbeat an instance reads: no earlier read bounds when
-	// it was written, so its head is not used.
-	put(beatValue{Term: 2, Head: 900, Poll: 1, Polled: 900, PollAge: time.Millisecond}, false)
+	// The first heartbeats an instance reads: no read of ours showed a
+	// read older than the feeder's previous one, so nothing bounds when
+	// the head was read.
+	put(beatValue{Term: 2, Head: 900, Poll: 1, Polled: 900, Gap: -1}, false)
 	wantNone("the first heartbeat read")
-	put(beatValue{Term: 2, Head: 950, Poll: 2, Polled: 950, PollAge: 3 * time.Second}, false)
-	wantHead("poll 2", 950, 3*time.Second)
+	put(beatValue{Term: 2, Head: 900, Poll: 2, Polled: 900, Gap: 10 * time.Millisecond}, false)
+	wantNone("the second read of the term, its previous read's write not seen missing")
+	before := time.Now()
+	put(beatValue{Term: 2, Head: 950, Poll: 3, Polled: 950, Gap: 10 * time.Millisecond}, false)
+	wantHead("read 3", 950, 0)
+	if _, age, _ := in.HeadAge(ctx); age > time.Since(before)+time.Second {
+		t.Fatalf("age %v, more than since the read that saw read 1 (%v)", age, time.Since(before))
+	}
 	// A replay of an older read changes nothing.
-	put(beatValue{Term: 2, Head: 900, Poll: 1, Polled: 900}, false)
-	wantHead("poll 1 replayed", 950, 3*time.Second)
+	put(beatValue{Term: 2, Head: 900, Poll: 2, Polled: 900, Gap: 10 * time.Millisecond}, false)
+	wantHead("read 2 replayed", 950, 0)
 	// An earlier feeder's heartbeat of a newer term: still the term-2 head.
-	put(beatValue{Term: 3, Head: 2000}, true)
-	wantHead("an old-format heartbeat", 950, 3*time.Second)
-	// A new term's heartbeats catching up: nothing until its own read.
-	put(beatValue{Term: 4, Head: 960}, false)
-	wantHead("term 4 before its poll", 950, 3*time.Second)
-	put(beatValue{Term: 4, Head: 970, Poll: 1, Polled: 3000}, false)
-	wantHead("term 4's first poll", 3000, 0)
+	put(beatValue{Term: 3, Head: 2000, Gap: -1}, true)
+	wantHead("an old-format heartbeat", 950, 0)
+	// A new term's first read bounds nothing; its second does.
+	put(beatValue{Term: 4, Head: 960, Poll: 1, Polled: 3000, Gap: -1}, false)
+	wantHead("term 4's first read", 950, 0)
+	put(beatValue{Term: 4, Head: 970, Poll: 2, Polled: 3100, Gap: 10 * time.Millisecond}, false)
+	wantHead("term 4's second read", 3100, 0)
+	// An older term's read, replayed, is not newer.
+	put(beatValue{Term: 2, Head: 9000, Poll: 7, Polled: 9000, Gap: 0}, false)
+	wantHead("term 2 replayed", 3100, 0)
+	// Reads skipped: bounded by the latest heartbeat read of ours.
+	put(beatValue{Term: 4, Head: 970, Poll: 5, Polled: 3500, Gap: 10 * time.Millisecond}, false)
+	wantHead("term 4's fifth read", 3500, 0)
+	// A read whose previous one was never written: no bound.
+	put(beatValue{Term: 4, Head: 970, Poll: 6, Polled: 3600, Gap: -1}, false)
+	wantHead("a read with an unknown gap", 3500, 0)
 	// A heartbeat without a poll from the start never makes an instance
 	// fresh.
 	in2, _ := NewInstance(Backend{Name: "t", Log: nopLog{}, Store: st}, InstanceConfig{HeadTimeout: time.Hour})
 	for range 3 {
-		put(beatValue{Term: 5, Head: 4000}, false)
+		put(beatValue{Term: 5, Head: 4000, Gap: -1}, false)
 		if _, _, err := in2.HeadAge(ctx); !errors.Is(err, ErrNoPolledHead) {
 			t.Fatalf("a term without a poll: %v, want ErrNoPolledHead", err)
 		}
 	}
-	// An older term's read, replayed, is not newer.
-	put(beatValue{Term: 2, Head: 9000, Poll: 7, Polled: 9000}, false)
-	wantHead("term 2 replayed", 3000, 0)
 }
 
 // nopLog satisfies Backend.check; HeadAge reads no log.

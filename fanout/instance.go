@@ -93,8 +93,9 @@ type Instance struct {
 	marks     map[changefeed.Position]start // snapshot and batch ends
 	hb        beatValue
 	hbChanged time.Time               // when hb.Beat last changed
-	seen      pollID                  // the newest polled head seen
-	lastRead  time.Time               // the start of the newest heartbeat read
+	seen      pollID                  // the newest read of the database's head seen
+	seenRead  time.Time               // the start of the latest heartbeat read that showed seen
+	olderRead time.Time               // the start of the latest one that showed an older read
 	head      polledHead              // what Head and HeadAge report
 	skipLocal bool                    // the local snapshot led to a gap
 	loadErr   error                   // why the last Load found nothing usable
@@ -335,15 +336,17 @@ func (in *Instance) vouch(ctx context.Context, b Batch, cur Cursor) error {
 // heartbeat reads the feeder's heartbeat and remembers it.
 //
 // The freshness it derives keeps internal/freshness's invariant across two
-// processes. A heartbeat carries the feeder's newest read of the database's
-// head (Polled), numbered within its term (Poll), and how long before the
-// write that read began (PollAge). A read of the heartbeat that began at s
-// and saw an older poll proves the write of every newer one came after s;
-// so when a newer poll appears, its head was read no earlier than
-// s − PollAge, with s the start of the latest read that saw an older one.
-// The first poll an instance ever sees has no such read before it and is
-// not used; a poll that is not newer (a replay, an older term, a heartbeat
-// without a poll) is never used.
+// processes without comparing their clocks. A heartbeat carries the
+// feeder's read n of the database's head (Polled, numbered Poll within the
+// term) and Gap: how long after its first successful heartbeat write of
+// read n−1 read n began. A heartbeat read of ours that began at s and
+// showed a read older than n−1 proves that no write of read n−1 was visible
+// then, so the feeder's first successful one completed after s, and read n
+// began after s + Gap. The first read of a term, a heartbeat whose Gap is
+// unknown, and a read with no such earlier heartbeat read of ours (the
+// first one an instance sees) give no bound and are not used; a read that
+// is not newer (a replay, an older term, a heartbeat without a read) is
+// never used.
 func (in *Instance) heartbeat(ctx context.Context) (beatValue, error) {
 	start := time.Now()
 	v, _, err := in.b.Store.Get(ctx, keyHead)
@@ -362,16 +365,36 @@ func (in *Instance) heartbeat(ctx context.Context) (beatValue, error) {
 	if h.Term >= in.hb.Term {
 		in.hb = h
 	}
-	if id := (pollID{h.Term, h.Poll}); h.Poll > 0 && id.after(in.seen) {
-		if !in.lastRead.IsZero() {
-			in.head = polledHead{pos: h.Polled, at: in.lastRead.Add(-h.PollAge), ok: true}
+	id := pollID{h.Term, h.Poll}
+	switch {
+	case id.after(in.seen):
+		// The latest read of ours that showed a read older than the
+		// feeder's previous one.
+		var before time.Time
+		if prev := (pollID{h.Term, h.Poll - 1}); h.Poll < 2 {
+		} else if in.seen == prev {
+			before = in.olderRead
+		} else if prev.after(in.seen) {
+			before = latest(in.olderRead, in.seenRead)
 		}
-		in.seen = id
-	}
-	if start.After(in.lastRead) {
-		in.lastRead = start
+		if h.Gap >= 0 && !before.IsZero() {
+			in.head = polledHead{pos: h.Polled, at: before.Add(h.Gap), ok: true}
+		}
+		in.olderRead = latest(in.olderRead, in.seenRead)
+		in.seen, in.seenRead = id, start
+	case id == in.seen:
+		in.seenRead = latest(in.seenRead, start)
+	default:
+		in.olderRead = latest(in.olderRead, start)
 	}
 	return h, nil
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // Head returns the newest database head a feeder read, as HeadAge does.
@@ -402,7 +425,7 @@ func (in *Instance) HeadAge(ctx context.Context) (changefeed.Position, time.Dura
 	if !head.ok {
 		return 0, 0, fmt.Errorf("%w (term %d)", ErrNoPolledHead, term)
 	}
-	return head.pos, time.Since(head.at), nil
+	return head.pos, max(time.Since(head.at), 0), nil
 }
 
 // checkFilter ends the running Stream when the newest snapshot record is
