@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
@@ -248,4 +249,96 @@ refused(lambda: find_user("u5@example.com"), "Authentication required", "find_us
 			runRecipe(t, py, ".py", pyPrelude, recipe, pyChecks+pyDriver, host, port)
 		})
 	}
+}
+
+// TestDocRecipesReadYourWrites runs the read-your-writes recipes of
+// docs/serve.md as written (port changed) against the built binary
+// following a PostgreSQL table, on connections with synchronous_commit =
+// off: 200 times each, the row just committed is never answered absent;
+// and pointed at a server that has no set "users", the recipe surfaces the
+// error reply instead of an answer.
+func TestDocRecipesReadYourWrites(t *testing.T) {
+	testsvc.Short(t, "starts a PostgreSQL cluster and the server")
+	bin := buildBinary(t)
+	pg := newFollowedDB(t)
+	dir := t.TempDir()
+	conf, respAddr, httpAddr := serveConf(t, dir, fmt.Sprintf(`requirepass s3cret
+set users {
+  postgres %s
+  table users
+  column email
+  slot bg_users
+  publication bg_users
+  confirm SELECT 1 FROM users WHERE email = $1
+  kind cuckoo
+}
+`, pg.DSN))
+	startServe(t, bin, "-config", conf)
+	waitReadyz(t, httpAddr, 30*time.Second)
+	_, port, _ := net.SplitHostPort(respAddr)
+	otherDir := t.TempDir()
+	otherConf, otherAddr, _ := serveConf(t, otherDir, "requirepass s3cret\n")
+	startServe(t, bin, "-config", otherConf)
+	_, otherPort, _ := net.SplitHostPort(otherAddr)
+
+	t.Run("PHP", func(t *testing.T) {
+		php := phpRedis(t)
+		if out, _ := exec.Command(php, "-m").Output(); !strings.Contains(string(out), "pdo_pgsql") {
+			testsvc.Unavailable(t, "PDO's PostgreSQL driver missing (Debian php-pgsql)")
+		}
+		clients := atPort(t, docBlock(t, "docs/serve.md", "## Clients", "php"), port) // bg()
+		block := docBlock(t, "docs/serve.md", "## Read your writes", "php")
+		prelude := fmt.Sprintf("<?php\n$pdo = new PDO('pgsql:host=%s;port=%d;dbname=%s;user=%s');\n"+
+			"$pdo->setAttribute(PDO::ATTR_ERRMODE, PDO::ERRMODE_EXCEPTION);\n$pdo->exec('SET synchronous_commit = off');\n",
+			pg.Host, pg.Port, pg.Database, pg.User)
+		driver := phpChecks + `
+$absent = 0;
+for ($i = 0; $i < 200; $i++) {
+    $email = "php-$i@example.com";
+` + atPort(t, block, port) + `
+    if ($taken != 1) {
+        $absent++;
+    }
+}
+check($absent == 0, "$absent of 200 rows just committed answered absent");
+$email = 'php-refused@example.com';
+try {
+` + atPort(t, block, otherPort) + `
+} catch (RuntimeException $e) {
+    check(strpos($e->getMessage(), 'no such table-backed set') !== false, 'on a server without the set: threw ' . $e->getMessage());
+    exit(0);
+}
+check(false, 'on a server without the set: the error reply passed in silence');
+`
+		runRecipe(t, php, ".php", prelude, clients, driver)
+	})
+	t.Run("Python", func(t *testing.T) {
+		py := python(t)
+		if out, err := exec.Command(py, "-c", "import psycopg").CombinedOutput(); err != nil {
+			testsvc.Unavailable(t, "psycopg missing for %s (Debian python3-psycopg): %v %s", py, err, out)
+		}
+		block := docBlock(t, "docs/serve.md", "## Read your writes", "python")
+		indent := func(s string) string {
+			return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ") + "\n"
+		}
+		prelude := fmt.Sprintf("import psycopg\nimport redis\nconn = psycopg.connect(%q, autocommit=True)\n"+
+			"conn.execute(\"SET synchronous_commit = off\")\n", pg.DSN)
+		driver := pyChecks + `
+absent = 0
+for i in range(200):
+    email = "py-%d@example.com" % i
+` + indent(atPort(t, block, port)) + `
+    if taken != 1:
+        absent += 1
+check(absent == 0, "%d of 200 rows just committed answered absent" % absent)
+email = "py-refused@example.com"
+
+
+def other():
+` + indent(atPort(t, block, otherPort)) + `
+
+refused(other, "no such table-backed set", "on a server without the set")
+`
+		runRecipe(t, py, ".py", prelude, "", driver)
+	})
 }
