@@ -46,10 +46,11 @@ func cmdXReserve(c *conn, args [][]byte) {
 		return
 	}
 	ttl, ok := parseInt(args[4])
-	if !ok || ttl < 1 || ttl > int64(maxTTLSeconds) {
+	if !ok || ttl < 1 {
 		c.w.errorMsg("ERR bad max TTL: want whole seconds, at least 1")
 		return
 	}
+	ttl = min(ttl, int64(maxTTLSeconds)) // beyond the store's bound: its check names the range
 	// Out-of-range values go to the store's check, which names the range
 	// (0 and below as 0: capacity has no default).
 	p.ErrorRate, p.Capacity, p.MaxTTL = rate, uint64(max(capacity, 0)), time.Duration(ttl)*time.Second

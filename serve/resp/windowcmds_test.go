@@ -103,6 +103,8 @@ func TestExpiringCommands(t *testing.T) {
 			wantErr("ERR generations must be in the range [2, 64]", "BG.XRESERVE", "k", "0.01", 10, 10, "GENERATIONS", 1)
 			wantErr("ERR bad generations", "BG.XRESERVE", "k", "0.01", 10, 10, "GENERATIONS", "x")
 			wantErr("ERR bad max TTL", "BG.XRESERVE", "k", "0.01", 10, 0)
+			wantErr("ERR max TTL must be in the range [1 ms, 315360000 s]", "BG.XRESERVE", "k", "0.01", 10, 315360001)
+			wantErr("ERR max TTL must be in the range [1 ms, 315360000 s]", "BG.XRESERVE", "k", "0.01", 10, int64(1)<<62)
 			wantErr("ERR generations must be in the range [2, 64]", "BG.XRESERVE", "k", "0.01", 10, 10, "GENERATIONS", 65)
 			wantErr("ERR syntax error", "BG.XRESERVE", "k", "0.01", 10, 10, "NONSCALING")
 			wantErr("Invalid information value", "BG.XINFO", "revoked", "BOGUS")
