@@ -484,13 +484,23 @@ func (w *fullDiskWriter) writeUntilRefused(ctx context.Context, rdb *redis.Clien
 // TestServeFullDiskConcurrent runs the server with -appendfsync always on a
 // 2 MiB tmpfs under 8 connections of BF.ADD, CF.ADD and CF.DEL until the
 // disk is full, then kills it with SIGKILL and restarts it on the still full
-// disk, three times, giving back some space between rounds. A refused write
+// disk, three times, giving back some space between rounds; without
+// snapshots and with one every second. A refused write
 // changes nothing, so what the server answers before the kill is the
 // acknowledged writes: after each restart every item must answer BF.EXISTS,
 // CF.EXISTS and CF.COUNT as before the kill, BF.CARD and CF.INFO must count
 // the same, every acknowledged BF.ADD must be there, and no CF.DEL answered 1
 // may be undone.
 func TestServeFullDiskConcurrent(t *testing.T) {
+	// Without snapshots, the log alone; with one every second, snapshots
+	// attempted on the full disk, log segments started for them, and
+	// restarts from a snapshot and the log after it.
+	for _, snapshots := range []string{"5m", "1s"} {
+		t.Run("snapshot-interval "+snapshots, func(t *testing.T) { fullDiskConcurrent(t, snapshots) })
+	}
+}
+
+func fullDiskConcurrent(t *testing.T, snapshotInterval string) {
 	bin := buildBinary(t)
 	mnt := mountTmpfs(t, "2m")
 	data, ballast := filepath.Join(mnt, "data"), filepath.Join(mnt, "ballast")
@@ -498,7 +508,11 @@ func TestServeFullDiskConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	args := []string{"-resp", addr, "-http", "", "-data", data, "-appendfsync", "always"}
+	conf := filepath.Join(t.TempDir(), "bloomgate.conf")
+	if err := os.WriteFile(conf, []byte("snapshot-interval "+snapshotInterval+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-resp", addr, "-http", "", "-data", data, "-appendfsync", "always", "-config", conf}
 	srv := startServe(t, bin, args...)
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
