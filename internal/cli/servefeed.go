@@ -205,9 +205,18 @@ func openFeed(ctx context.Context, d setDecl, timeout time.Duration, log *slog.L
 		feed.Close()
 		return nil, fmt.Errorf("set %q: postgres: %w", d.Name, timeoutHint(err, cctx, timeout))
 	}
+	// The advice must make the names this set looks for: its slot names
+	// its publication too unless publication is given.
 	setupCmd := fmt.Sprintf("bloomgate feed setup -postgres URL -table %s -column %s", d.Table, d.Column)
+	if d.Slot != "" {
+		setupCmd += " -slot " + d.Slot
+	}
 	if d.Publication != "" {
 		setupCmd += " -publication " + d.Publication
+	}
+	pubName := feed.Publication()
+	if d.Slot != "" && d.Publication == "" {
+		pubName += " (named after the set's slot; the publication key names another)"
 	}
 	only, notSeen := "rebuild-only", "rows written by others are not seen until a rebuild"
 	if d.Kind == "expiring" {
@@ -223,7 +232,7 @@ func openFeed(ctx context.Context, d setDecl, timeout time.Duration, log *slog.L
 		feed.Close()
 		return nil, fmt.Errorf(`set %q: publication: %s is missing or does not cover %s: run %s -run `+
 			`(as a superuser or the table's owner), or set "follow no" for %s`,
-			d.Name, feed.Publication(), d.Table, setupCmd, only)
+			d.Name, pubName, d.Table, setupCmd, only)
 	}
 	return feed, nil
 }
