@@ -191,6 +191,10 @@ func (s *Set) NewInstance(cfg InstanceConfig) (*fanout.Instance, error) {
 	return fanout.NewInstance(s.backend(), cfg)
 }
 
+// Backend returns the set's adapter for the fan-out engine
+// (fanout.NewFeeder, fanout.NewInstance, the conformance suite).
+func (s *Set) Backend() fanout.Backend { return s.backend() }
+
 func (s *Set) backend() fanout.Backend {
 	return fanout.Backend{
 		Name: s.cfg.Set, Log: (*rLog)(s), Store: (*rStore)(s), LeaseTTL: s.cfg.LeaseTTL,

@@ -495,3 +495,11 @@ func TestRedisFeederOutage(t *testing.T) {
 		Bound:       testMaxLag, Down: 10*testHeartbeat + testMaxLag + 2*time.Second, Up: 3 * time.Second, Cycles: 5,
 	})
 }
+
+// TestRedisConformance: the adapter keeps the fan-out transport contract.
+func TestRedisConformance(t *testing.T) {
+	fanouttest.Conformance(t, func(t *testing.T) fanout.Backend {
+		set, _, _ := openSet(t)
+		return set.Backend()
+	})
+}
