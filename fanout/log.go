@@ -74,7 +74,8 @@ type Lease interface {
 // and its snapshot objects.
 type Store interface {
 	// Get returns key's value and revision, or an error wrapping
-	// ErrNotFound.
+	// ErrNotFound. It may answer a moment behind the latest write (a
+	// replica serving reads: JetStream's direct gets).
 	Get(ctx context.Context, key string) ([]byte, uint64, error)
 	// Put writes key's value.
 	Put(ctx context.Context, key string, val []byte) error
