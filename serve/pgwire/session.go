@@ -804,6 +804,19 @@ func formatsOK(f []int16) bool {
 	return true
 }
 
+// textRow returns a copy of row that owns its memory (the upstream reader's
+// messages live until its next read), every column in text format, as a
+// Describe of the statement reports it.
+func textRow(row *pgproto3.RowDescription) *pgproto3.RowDescription {
+	out := &pgproto3.RowDescription{Fields: make([]pgproto3.FieldDescription, len(row.Fields))}
+	for i, f := range row.Fields {
+		f.Name = append([]byte(nil), f.Name...)
+		f.Format = 0
+		out.Fields[i] = f
+	}
+	return out
+}
+
 // withFormats returns row with the result formats a Bind asked for.
 func withFormats(row *pgproto3.RowDescription, formats []int16) *pgproto3.RowDescription {
 	if len(formats) == 0 {
@@ -905,10 +918,7 @@ func (ss *session) account(msg pgproto3.BackendMessage) bool {
 	case *pgproto3.RowDescription:
 		if (h.kind == 'D' || h.kind == 'Q') && h.tmpl >= 0 {
 			l := ss.stagedFor(h.tmpl)
-			l.row = withFormats(m, []int16{0})
-			if len(m.Fields) == 0 {
-				l.row = &pgproto3.RowDescription{}
-			}
+			l.row = textRow(m)
 		}
 		if h.kind == 'D' {
 			ss.popLocked()
