@@ -355,6 +355,9 @@ var forbidden = map[string]bool{
 	"values": true, "returning": true, "rows": true, "fetch": true,
 }
 
+// notFunction are the words a "(" may follow that do not call a function.
+var notFunction = map[string]bool{"where": true, "and": true, "not": true, "in": true, "is": true}
+
 // textCasts are the casts allowed on the key's parameter: to text types
 // without a length (a length would truncate the key).
 var textCasts = map[string]bool{"text": true, "varchar": true}
@@ -387,7 +390,7 @@ func ParseTemplate(stmt, table, column string) (*Template, error) {
 		switch {
 		case t.kind == tokIdent && i > 0 && forbidden[t.val]:
 			return nil, fmt.Errorf("%q is not allowed (only a single-table SELECT whose WHERE is a conjunction)", strings.ToUpper(t.val))
-		case t.kind == tokOp && t.val == "(" && i > 0 && (toks[i-1].kind == tokIdent || toks[i-1].kind == tokQIdent):
+		case t.kind == tokOp && t.val == "(" && i > 0 && (toks[i-1].kind == tokIdent && !notFunction[toks[i-1].val] || toks[i-1].kind == tokQIdent):
 			return nil, fmt.Errorf("function call %s(…) is not allowed (aggregates and volatile functions change the answer for an absent key)", toks[i-1].val)
 		case t.kind == tokOp && t.val == ";":
 			return nil, errors.New("one statement only")
