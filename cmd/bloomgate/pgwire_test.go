@@ -485,3 +485,28 @@ func writeFile(t *testing.T, path, body string) {
 		t.Fatal(err)
 	}
 }
+
+// TestPGFrontConfigErrors: a statement the front end cannot answer safely,
+// and a front end configured by halves, are errors within seconds naming
+// the set and the statement.
+func TestPGFrontConfigErrors(t *testing.T) {
+	testsvc.Short(t, "starts a PostgreSQL cluster")
+	bin := buildBinary(t)
+	pg := newFollowedDB(t)
+	pg.SQL(t, "CREATE TABLE nums (id int PRIMARY KEY)", "CREATE PUBLICATION bg_nums FOR TABLE nums")
+	set := func(table, column, answer string) string {
+		return fmt.Sprintf("set %s {\n  postgres %s\n  table %s\n  column %s\n  slot bg_%s\n  publication bg_%s\n  answer %q\n}\n",
+			table, pg.DSN, table, column, table, table, answer)
+	}
+	front := fmt.Sprintf("postgres-listen %s\npostgres-upstream %s:%d\n", freeAddr(t), pg.Host, pg.Port)
+	runServeFail(t, bin, front+set("users", "email", "SELECT count(*) FROM users WHERE email = $1"), 10*time.Second,
+		`set "users": answer "SELECT count(*) FROM users WHERE email = $1": function call count(…) is not allowed`)
+	runServeFail(t, bin, front+set("users", "email", "SELECT email FROM users WHERE lower(email) = $1"), 10*time.Second,
+		`set "users"`, "function call lower(…)")
+	runServeFail(t, bin, front+set("users", "email", "SELECT email FROM users WHERE email = $1 OR true"), 10*time.Second,
+		`set "users"`, `"OR" is not allowed`)
+	runServeFail(t, bin, front+set("nums", "id", "SELECT id FROM nums WHERE id = $1"), 30*time.Second,
+		`set "nums": answer "SELECT id FROM nums WHERE id = $1": column nums.id is not text or varchar`)
+	runServeFail(t, bin, set("users", "email", frontAnswer), 10*time.Second, `set "users": answer: give postgres-listen`)
+	runServeFail(t, bin, fmt.Sprintf("postgres-listen %s\n", freeAddr(t)), 10*time.Second, "postgres-listen: give postgres-upstream")
+}

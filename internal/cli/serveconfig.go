@@ -188,9 +188,6 @@ func parseServeFile(r io.Reader) (*serveFile, error) {
 	if set != nil {
 		return nil, fmt.Errorf("line %s: set %q: missing closing \"}\"", set.Line, set.Name)
 	}
-	if err := f.Postgres.check(f.Sets); err != nil {
-		return nil, err
-	}
 	f.given = map[string]bool{}
 	for k := range seen {
 		f.given[k] = true
@@ -202,6 +199,9 @@ func parseServeFile(r io.Reader) (*serveFile, error) {
 		if err := f.Sets[i].check(); err != nil {
 			return nil, fmt.Errorf("line %s: set %q: %w", f.Sets[i].Line, f.Sets[i].Name, err)
 		}
+	}
+	if err := f.Postgres.check(f.Sets); err != nil {
+		return nil, err
 	}
 	return f, nil
 }

@@ -57,6 +57,13 @@ func (p *postgresFrontDecl) apply(l confLine) error {
 }
 
 func (p *postgresFrontDecl) check(sets []setDecl) error {
+	for _, s := range sets {
+		for _, sql := range s.Answers {
+			if _, err := pgwire.ParseTemplate(sql, s.Table, s.Column); err != nil {
+				return fmt.Errorf("line %s: set %q: answer %q: %w", s.Line, s.Name, sql, err)
+			}
+		}
+	}
 	if p.Listen != "" && p.Upstream == "" {
 		return fmt.Errorf("line %d: postgres-listen: give postgres-upstream (the PostgreSQL server's host:port)", p.line)
 	}
@@ -108,13 +115,13 @@ func startPostgresFront(ctx context.Context, file *serveFile, store *serve.Store
 				return nil, closeAll, fmt.Errorf("set %q: answer %q: %w", d.Name, sql, err)
 			}
 			cctx, cancel := context.WithTimeout(ctx, timeout)
-			db, err := postgres.CheckAnswer(cctx, pool, d.Table, d.Column, sql)
+			db, oid, err := postgres.CheckAnswer(cctx, pool, d.Table, d.Column, sql)
 			cancel()
 			if err != nil {
 				return nil, closeAll, fmt.Errorf("set %q: answer %q: %w", d.Name, sql, err)
 			}
 			stmts = append(stmts, pgwire.Statement{SetName: d.Name, SQL: sql, Table: d.Table, Column: d.Column,
-				Database: db, Set: set, ReadPosition: read})
+				Database: db, ParamOID: oid, Set: set, ReadPosition: read})
 		}
 	}
 	srv, err := pgwire.New(pgwire.Config{

@@ -46,6 +46,10 @@ type Statement struct {
 	// Database is the database the set's table is in: sessions connected
 	// to another database are never answered locally. Required.
 	Database string
+	// ParamOID is the type of $1 as the database infers it (text or
+	// varchar), for a Describe of the statement answered locally. Default:
+	// 0, such a Describe is forwarded.
+	ParamOID uint32
 	// Set is the set. Required.
 	Set Set
 	// ReadPosition reads the database's WAL insert position
@@ -474,9 +478,8 @@ type cacheKey struct {
 }
 
 type learned struct {
-	row    *pgproto3.RowDescription // formats all text
-	params []uint32                 // nil until a Describe of the statement was seen
-	gen    uint64                   // the cache's generation when it was described
+	row *pgproto3.RowDescription // formats all text
+	gen uint64                   // the cache's generation when it was described
 }
 
 func (c *learnedCache) get(k cacheKey) *learned {
@@ -490,9 +493,6 @@ func (c *learnedCache) put(k cacheKey, l *learned) {
 	defer c.mu.Unlock()
 	if l.gen != c.gen {
 		return // described before DDL passed through
-	}
-	if old := c.m[k]; old != nil && l.params == nil {
-		l.params = old.params
 	}
 	c.m[k] = l
 }

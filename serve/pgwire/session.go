@@ -504,6 +504,12 @@ func (ss *session) waitIdle() (status byte, tainted bool, params map[string]stri
 		select {
 		case <-ch:
 		case <-deadline.C:
+			// Answers owed for this long: stop answering this session
+			// locally rather than make every query wait.
+			ss.mu.Lock()
+			ss.tainted = true
+			ss.mu.Unlock()
+			ss.srv.log.Warn("pgwire: a session's answers did not arrive in time; it is relayed only from now on")
 			return 0, true, nil
 		}
 		ss.mu.Lock()
@@ -729,7 +735,7 @@ func (ss *session) answerBatch() bool {
 		if l == nil {
 			return count(ReasonNotLearned)
 		}
-		if d, ok := cm.msg.(*pgproto3.Describe); ok && d.ObjectType == 'S' && l.params == nil {
+		if d, ok := cm.msg.(*pgproto3.Describe); ok && d.ObjectType == 'S' && ss.srv.stmts[tmpl].ParamOID == 0 && !declared(stmt(d.Name)) {
 			return count(ReasonNotLearned)
 		}
 		if b, ok := cm.msg.(*pgproto3.Bind); ok && len(b.ResultFormatCodes) > 1 && len(b.ResultFormatCodes) != len(l.row.Fields) {
@@ -755,9 +761,13 @@ func (ss *session) answerBatch() bool {
 			ss.cw.Send(&pgproto3.BindComplete{})
 		case *pgproto3.Describe:
 			if m.ObjectType == 'S' {
-				l := shapes[stmt(m.Name).tmpl]
-				ss.cw.Send(&pgproto3.ParameterDescription{ParameterOIDs: l.params})
-				ss.cw.Send(l.row)
+				st := stmt(m.Name)
+				oid := ss.srv.stmts[st.tmpl].ParamOID
+				if declared(st) {
+					oid = st.oids[0] // as PostgreSQL: the type the client declared
+				}
+				ss.cw.Send(&pgproto3.ParameterDescription{ParameterOIDs: []uint32{oid}})
+				ss.cw.Send(shapes[st.tmpl].row)
 			} else {
 				ss.cw.Send(withFormats(shapes[cur.tmpl].row, cur.formats))
 			}
@@ -790,6 +800,9 @@ func slicesEqual(a, b []uint32) bool {
 	}
 	return true
 }
+
+// declared reports whether the client's Parse gave $1 a type.
+func declared(st *stmtInfo) bool { return len(st.oids) == 1 && st.oids[0] != 0 }
 
 // textOID: the parameter types a text key may be declared with: unknown,
 // text, varchar.
@@ -910,11 +923,6 @@ func (ss *session) account(msg pgproto3.BackendMessage) bool {
 		if h.kind == 'B' || h.kind == 'C' || h.kind == 'D' {
 			ss.popLocked()
 		}
-	case *pgproto3.ParameterDescription:
-		if h.kind == 'D' && h.stmt && h.tmpl >= 0 {
-			l := ss.stagedFor(h.tmpl)
-			l.params = append([]uint32{}, m.ParameterOIDs...)
-		}
 	case *pgproto3.RowDescription:
 		if (h.kind == 'D' || h.kind == 'Q') && h.tmpl >= 0 {
 			l := ss.stagedFor(h.tmpl)
@@ -929,7 +937,7 @@ func (ss *session) account(msg pgproto3.BackendMessage) bool {
 			// is what the upstream would describe now, unless DDL
 			// passed since (the cache's generation).
 			if l := ss.staged[h.tmpl]; l != nil && l.row != nil && strings.HasPrefix(string(m.CommandTag), "SELECT ") {
-				ss.srv.cache.put(cacheKey{ss.db, ss.user, h.tmpl}, &learned{row: l.row, params: l.params, gen: l.gen})
+				ss.srv.cache.put(cacheKey{ss.db, ss.user, h.tmpl}, &learned{row: l.row, gen: l.gen})
 			}
 		}
 		if h.kind == 'E' {

@@ -33,16 +33,15 @@ const (
 // absent keys (the shape is checked by the front end): the key column is
 // text or varchar with a deterministic collation, and the statement
 // prepares with one parameter of such a type. It returns the database's
-// name.
-func CheckAnswer(ctx context.Context, pool *pgxpool.Pool, table, column, stmt string) (string, error) {
+// name and the parameter's type OID.
+func CheckAnswer(ctx context.Context, pool *pgxpool.Pool, table, column, stmt string) (db string, paramOID uint32, err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	defer conn.Release()
-	var db string
 	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	var typ uint32
 	var deterministic bool
@@ -51,20 +50,20 @@ func CheckAnswer(ctx context.Context, pool *pgxpool.Pool, table, column, stmt st
 		WHERE a.attrelid = $1::regclass AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped`,
 		table, column).Scan(&typ, &deterministic)
 	if err != nil {
-		return "", fmt.Errorf("column %s.%s: %w", table, column, err)
+		return "", 0, fmt.Errorf("column %s.%s: %w", table, column, err)
 	}
 	if typ != oidText && typ != oidVarchar {
-		return "", fmt.Errorf("column %s.%s is not text or varchar: a statement on it cannot be answered from the set (its equality is not the key's text)", table, column)
+		return "", 0, fmt.Errorf("column %s.%s is not text or varchar: a statement on it cannot be answered from the set (its equality is not the key's text)", table, column)
 	}
 	if !deterministic {
-		return "", fmt.Errorf("column %s.%s has a nondeterministic collation: equal values may differ in bytes", table, column)
+		return "", 0, fmt.Errorf("column %s.%s has a nondeterministic collation: equal values may differ in bytes", table, column)
 	}
 	sd, err := conn.Conn().Prepare(ctx, "", stmt)
 	if err != nil {
-		return "", fmt.Errorf("prepare: %w", err)
+		return "", 0, fmt.Errorf("prepare: %w", err)
 	}
 	if len(sd.ParamOIDs) != 1 || sd.ParamOIDs[0] != oidText && sd.ParamOIDs[0] != oidVarchar {
-		return "", fmt.Errorf("the parameter $1 must be text or varchar (got types %v)", sd.ParamOIDs)
+		return "", 0, fmt.Errorf("the parameter $1 must be text or varchar (got types %v)", sd.ParamOIDs)
 	}
-	return db, nil
+	return db, sd.ParamOIDs[0], nil
 }
