@@ -249,11 +249,61 @@ func TestPGFrontPgx(t *testing.T) {
 }
 
 // TestPGFrontRelay: what the front end only relays works as straight to
-// PostgreSQL: COPY in and out, LISTEN/NOTIFY, notices, a cancel request
-// reaching the right backend, DDL dropping the learned shape.
+// PostgreSQL: password, MD5 and SCRAM authentication by the database (the
+// front end never sees a password it could use), COPY in and out,
+// LISTEN/NOTIFY, notices, a cancel request reaching the right backend, DDL
+// dropping the learned shape.
 func TestPGFrontRelay(t *testing.T) {
 	f := startPGFront(t, "")
 	ctx := context.Background()
+
+	// The database's own authentication, passed through.
+	for _, m := range []string{"password", "md5", "scram-sha-256"} {
+		enc := "scram-sha-256"
+		if m == "md5" {
+			enc = "md5"
+		}
+		role := "auth_" + strings.ReplaceAll(m, "-", "_")
+		f.pg.SQL(t, "SET password_encryption = '"+enc+"'", "CREATE ROLE "+role+" LOGIN PASSWORD 'right'", "GRANT SELECT ON users TO "+role)
+	}
+	hba := filepath.Join(f.pg.DataDir, "pg_hba.conf")
+	old, err := os.ReadFile(hba)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, hba, "host all auth_password 127.0.0.1/32 password\nhost all auth_md5 127.0.0.1/32 md5\n"+
+		"host all auth_scram_sha_256 127.0.0.1/32 scram-sha-256\n"+string(old))
+	f.pg.SQL(t, "SELECT pg_reload_conf()")
+	for _, role := range []string{"auth_password", "auth_md5", "auth_scram_sha_256"} {
+		for _, pw := range []string{"right", "wrong"} {
+			connect := func(front bool) (string, error) {
+				u := strings.Replace(f.dsn(front), f.pg.User+"@", role+":"+pw+"@", 1)
+				if !front {
+					u = fmt.Sprintf("postgres://%s:%s@%s:%d/%s?sslmode=disable", role, pw, f.pg.Host, f.pg.Port, f.pg.Database)
+				}
+				c, err := pgx.Connect(ctx, u)
+				if err != nil {
+					var pe *pgconn.PgError
+					if errors.As(err, &pe) {
+						return pe.Code, nil
+					}
+					return "", err
+				}
+				defer c.Close(ctx)
+				var who string
+				err = c.QueryRow(ctx, "SELECT current_user").Scan(&who)
+				return who, err
+			}
+			d, derr := connect(false)
+			fr, ferr := connect(true)
+			if derr != nil || ferr != nil || d != fr {
+				t.Errorf("%s with the %s password: front %q %v, direct %q %v", role, pw, fr, ferr, d, derr)
+			}
+			if pw == "right" && fr != role || pw == "wrong" && fr != "28P01" {
+				t.Errorf("%s with the %s password: %q", role, pw, fr)
+			}
+		}
+	}
 	front := f.connect(t, true, pgx.QueryExecModeCacheStatement)
 
 	// COPY in and out.
