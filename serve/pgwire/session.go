@@ -243,6 +243,8 @@ func (ss *session) serveClient() {
 			return
 		case *pgproto3.Query:
 			ss.flushBatch()
+			// A simple query drops the unnamed statement, upstream too.
+			delete(ss.stmts, "")
 			var q pgproto3.Query
 			q.Decode(raw[5:])
 			if ss.answerQuery(q.String) {
