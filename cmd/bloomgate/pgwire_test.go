@@ -37,7 +37,7 @@ const frontAnswer = "SELECT email, name FROM users WHERE email = $1"
 // startPGFront starts a followed cluster with users(email text, name text)
 // and the server with postgres-listen in front of it, and waits until the
 // set is ready.
-func startPGFront(t *testing.T, extra string) *pgFront {
+func startPGFront(t testing.TB, extra string) *pgFront {
 	t.Helper()
 	testsvc.Short(t, "starts a PostgreSQL cluster and the server")
 	bin := buildBinary(t)
@@ -559,4 +559,51 @@ func TestPGFrontConfigErrors(t *testing.T) {
 		`set "nums": answer "SELECT id FROM nums WHERE id = $1": column nums.id is not text or varchar`)
 	runServeFail(t, bin, set("users", "email", frontAnswer), 10*time.Second, `set "users": answer: give postgres-listen`)
 	runServeFail(t, bin, fmt.Sprintf("postgres-listen %s\n", freeAddr(t)), 10*time.Second, "postgres-listen: give postgres-upstream")
+}
+
+// BenchmarkPGFrontPgbench runs pgbench's TPC-B-like transactions (simple
+// and prepared protocol; every statement forwarded: none is an answer
+// statement) straight to PostgreSQL and through the front end, and reports
+// transactions per second.
+//
+//	go test -run XXX -bench PGFrontPgbench -benchtime 1x ./cmd/bloomgate
+func BenchmarkPGFrontPgbench(b *testing.B) {
+	if _, err := exec.LookPath("pgbench"); err != nil {
+		testsvc.Unavailable(b, "pgbench: %v", err)
+	}
+	f := startPGFront(b, "")
+	host, port, _ := net.SplitHostPort(f.addr)
+	pgbench := func(h, p string, args ...string) string {
+		args = append([]string{"-h", h, "-p", p, "-U", f.pg.User}, append(args, f.pg.Database)...)
+		out, err := exec.Command("pgbench", args...).CombinedOutput()
+		if err != nil {
+			b.Fatalf("pgbench %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	pgbench(f.pg.Host, strconv.Itoa(f.pg.Port), "-i", "-q", "-s", "2")
+	for _, mode := range []string{"simple", "prepared"} {
+		for _, via := range []string{"direct", "front"} {
+			b.Run(mode+"/"+via, func(b *testing.B) {
+				h, p := f.pg.Host, strconv.Itoa(f.pg.Port)
+				if via == "front" {
+					h, p = host, port
+				}
+				var tps float64
+				for b.Loop() {
+					out := pgbench(h, p, "-n", "-c", "4", "-j", "2", "-T", "10", "-M", mode)
+					_, rest, ok := strings.Cut(out, "tps = ")
+					if !ok {
+						b.Fatalf("no tps in:\n%s", out)
+					}
+					v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
+					if err != nil {
+						b.Fatal(err)
+					}
+					tps = v
+				}
+				b.ReportMetric(tps, "tps")
+			})
+		}
+	}
 }

@@ -247,11 +247,12 @@ func (ss *session) serveClient() {
 			delete(ss.stmts, "")
 			var q pgproto3.Query
 			q.Decode(raw[5:])
-			if ss.answerQuery(q.String) {
+			toks, terr := tokenize(q.String) // once: matched, answered, scanned
+			if terr == nil && ss.answerQuery(toks) {
 				continue
 			}
-			ss.scanForwarded(q.String)
-			ss.forwardRaw(raw, expect{kind: 'Q', tmpl: ss.matchExtended(q.String, true)}, true)
+			ss.scanForwarded(q.String, toks, terr)
+			ss.forwardRaw(raw, expect{kind: 'Q', tmpl: ss.matchTokens(toks, terr, true)}, true)
 		case *pgproto3.Parse, *pgproto3.Bind, *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Close:
 			cm := clientMsg{raw: raw, msg: decodeMsg(raw)}
 			if ss.passthrough {
@@ -375,8 +376,9 @@ func (ss *session) flushBatch() {
 func (ss *session) forwardExtended(cm clientMsg) {
 	switch m := cm.msg.(type) {
 	case *pgproto3.Parse:
-		ss.scanForwarded(m.Query)
-		tmpl := ss.matchExtended(m.Query, false)
+		toks, terr := tokenize(m.Query)
+		ss.scanForwarded(m.Query, toks, terr)
+		tmpl := ss.matchTokens(toks, terr, false)
 		ss.stmts[m.Name] = &stmtInfo{query: m.Query, oids: m.ParameterOIDs, tmpl: tmpl, upstream: true}
 		ss.forwardRaw(cm.raw, expect{kind: 'P', tmpl: tmpl}, false)
 		return
@@ -445,7 +447,12 @@ func (ss *session) matchExtended(q string, literal bool) int {
 		return -1
 	}
 	toks, err := tokenize(q)
-	if err != nil {
+	return ss.matchTokens(toks, err, literal)
+}
+
+// matchTokens is matchExtended on q's tokens (err: tokenize's error).
+func (ss *session) matchTokens(toks []token, err error, literal bool) int {
+	if err != nil || len(ss.srv.stmts) == 0 {
 		return -1
 	}
 	for i, st := range ss.srv.stmts {
@@ -462,36 +469,44 @@ func (ss *session) matchExtended(q string, literal bool) int {
 // scanForwarded drops learned result shapes when a forwarded statement may
 // change a table or a privilege, and stops answering locally in a session
 // that changes its search_path or role.
-func (ss *session) scanForwarded(q string) {
-	words := map[string]bool{}
-	if toks, err := tokenize(q); err == nil {
+func (ss *session) scanForwarded(q string, toks []token, err error) {
+	ddl, taint := false, false
+	check := func(w string) {
+		ddl = ddl || ddlWords[w]
+		taint = taint || sessionWords[w]
+	}
+	if err == nil {
 		for _, t := range toks {
 			if t.kind == tokIdent {
-				words[t.val] = true
+				check(t.val)
 			}
 		}
 	} else {
 		for _, w := range strings.FieldsFunc(strings.ToLower(q), func(r rune) bool {
 			return !(r >= 'a' && r <= 'z' || r == '_')
 		}) {
-			words[w] = true
+			check(w)
 		}
 	}
-	for _, w := range []string{"alter", "drop", "create", "grant", "revoke", "comment", "security", "policy", "import"} {
-		if words[w] {
-			ss.srv.cache.clear()
-			break
-		}
+	if ddl {
+		ss.srv.cache.clear()
 	}
-	for _, w := range []string{"search_path", "role", "authorization", "set_config", "client_encoding", "standard_conforming_strings"} {
-		if words[w] {
-			ss.mu.Lock()
-			ss.tainted = true
-			ss.mu.Unlock()
-			break
-		}
+	if taint {
+		ss.mu.Lock()
+		ss.tainted = true
+		ss.mu.Unlock()
 	}
 }
+
+// ddlWords may change a table's shape or a privilege: learned result shapes
+// are dropped. sessionWords may change what a name or a literal means in
+// the session: it is relayed only from then on.
+var (
+	ddlWords = map[string]bool{"alter": true, "drop": true, "create": true, "grant": true, "revoke": true,
+		"comment": true, "security": true, "policy": true, "import": true}
+	sessionWords = map[string]bool{"search_path": true, "role": true, "authorization": true, "set_config": true,
+		"client_encoding": true, "standard_conforming_strings": true}
+)
 
 // waitIdle waits until no forwarded message awaits an answer, and reports
 // the session's transaction status then (0 when it did not become idle).
@@ -552,12 +567,8 @@ func (ss *session) eligible(literal matchKind) string {
 
 // answerQuery answers a simple-protocol query locally when it is a
 // configured statement with a literal key that is definitely absent.
-func (ss *session) answerQuery(q string) bool {
+func (ss *session) answerQuery(toks []token) bool {
 	if len(ss.srv.stmts) == 0 {
-		return false
-	}
-	toks, err := tokenize(q)
-	if err != nil {
 		return false
 	}
 	for i, st := range ss.srv.stmts {
