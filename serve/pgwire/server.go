@@ -273,13 +273,23 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 }
 
-// Shutdown stops accepting, waits for sessions to end until ctx is done,
-// then closes those left. It may be called more than once.
+// Shutdown stops accepting, closes the sessions that await no answer
+// (as PostgreSQL's fast shutdown, an idle transaction is rolled back by
+// the upstream), waits for the others to end until ctx is done, then closes
+// those left. It may be called more than once.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	if s.ln != nil {
 		s.ln.Close()
+	}
+	for ss := range s.sessions {
+		ss.mu.Lock()
+		idle := ss.idleLocked()
+		ss.mu.Unlock()
+		if idle {
+			ss.close()
+		}
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -248,5 +249,31 @@ func TestForwardReasons(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(f.srv.stmts[0].local); n != 2 {
 		t.Errorf("answered %v, want 2", n)
+	}
+}
+
+// TestShutdownClosesIdleSessions: Shutdown ends idle sessions at once
+// instead of waiting for clients that keep their connections open.
+func TestShutdownClosesIdleSessions(t *testing.T) {
+	f := newFrontEnd(t)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, f.front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if err := c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := f.srv.Shutdown(sctx); err != nil {
+		t.Fatalf("Shutdown: %v (an idle session kept it waiting)", err)
+	}
+	if err := c.Ping(ctx); err == nil {
+		t.Error("the idle session still answers after Shutdown")
+	}
+	if err := f.srv.Shutdown(ctx); err != nil {
+		t.Errorf("a second Shutdown: %v", err)
 	}
 }

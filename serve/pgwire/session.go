@@ -659,7 +659,8 @@ func (ss *session) answerBatch() bool {
 		}
 		switch m := cm.msg.(type) {
 		case *pgproto3.Parse:
-			if _, exists := ss.stmts[m.Name]; m.Name != "" && exists {
+			_, exists := ss.stmts[m.Name]
+			if _, again := pending[m.Name]; m.Name != "" && (exists || again) {
 				return false // the upstream's error: already exists
 			}
 			tmpl := ss.matchExtended(m.Query, false)
