@@ -57,6 +57,7 @@ set users {
   max-lag 3s
   answer %q
   answer "SELECT 1 FROM users WHERE email = $1::text"
+  answer "SELECT users.email AS users_email, users.name AS users_name FROM users WHERE users.email = $1"
 }
 `, front, pg.Host, pg.Port, extra, pg.DSN, frontAnswer))
 	srv := startServe(t, bin, "-config", conf)
@@ -444,9 +445,9 @@ func TestPGFrontClients(t *testing.T) {
 	host, port, _ := net.SplitHostPort(f.addr)
 	// answered checks that a client's absent-key lookups were answered
 	// locally (each client looks up absent keys in three rounds).
-	answered := func(t *testing.T, before float64) {
+	answered := func(t *testing.T, before float64, labels ...string) {
 		t.Helper()
-		if n := f.metric(t, "bloomgate_pgwire_answered_total") - before; n < 2 {
+		if n := f.metric(t, "bloomgate_pgwire_answered_total", labels...) - before; n < 2 {
 			t.Errorf("%v absent-key lookups answered locally; forwarded by reason: not_learned %v, present %v, lag %v, batch %v, session %v, transaction %v", n,
 				f.metric(t, "bloomgate_pgwire_forwarded_total", `reason="not_learned"`), f.metric(t, "bloomgate_pgwire_forwarded_total", `reason="present"`),
 				f.metric(t, "bloomgate_pgwire_forwarded_total", `reason="lag"`), f.metric(t, "bloomgate_pgwire_forwarded_total", `reason="batch"`),
@@ -506,6 +507,20 @@ SELECT email, name FROM users WHERE email = 'nobody3@example.com';
 		front := py(host, port, "pf")
 		if strings.ReplaceAll(front, "pf", "py") != direct {
 			t.Errorf("psycopg2 differs:\nfront:\n%s\ndirect:\n%s", front, direct)
+		}
+	})
+	t.Run("sqlalchemy", func(t *testing.T) {
+		if err := exec.Command("/usr/bin/python3", "-c", "import sqlalchemy, psycopg2").Run(); err != nil {
+			testsvc.Unavailable(t, "SQLAlchemy (Debian python3-sqlalchemy): %v", err)
+		}
+		defer answered(t, f.metric(t, "bloomgate_pgwire_answered_total", `statement="3"`), `statement="3"`)
+		orm := func(h, p, who string) string {
+			return run(t, "/usr/bin/python3", "testdata/pgwire/orm.py", fmt.Sprintf("postgresql+psycopg2://%s@%s:%s/%s", f.pg.User, h, p, f.pg.Database), who)
+		}
+		direct := orm(f.pg.Host, strconv.Itoa(f.pg.Port), "od")
+		front := orm(host, port, "of")
+		if strings.ReplaceAll(front, "of", "od") != direct {
+			t.Errorf("SQLAlchemy differs:\nfront:\n%s\ndirect:\n%s", front, direct)
 		}
 	})
 	for _, emulate := range []string{"native", "emulated"} {

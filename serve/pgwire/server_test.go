@@ -242,13 +242,22 @@ func TestForwardReasons(t *testing.T) {
 	}
 	tx.Rollback(ctx)
 	lookup("k1x")
-	for reason, want := range map[string]float64{ReasonNotLearned: 1, ReasonLag: 1, ReasonNotReady: 1, ReasonTransaction: 1} {
+	// SHOW leaves the session answerable; SET search_path does not.
+	if _, err := c.Exec(ctx, "SHOW search_path"); err != nil {
+		t.Fatal(err)
+	}
+	lookup("f")
+	if _, err := c.Exec(ctx, "SET search_path = public"); err != nil {
+		t.Fatal(err)
+	}
+	lookup("g")
+	for reason, want := range map[string]float64{ReasonNotLearned: 1, ReasonLag: 1, ReasonNotReady: 1, ReasonTransaction: 1, ReasonSession: 1} {
 		if got := f.count(t, "bloomgate_pgwire_forwarded_total", "reason", reason); got != want {
 			t.Errorf("forwarded for %s: %v, want %v", reason, got, want)
 		}
 	}
-	if n := testutil.ToFloat64(f.srv.stmts[0].local); n != 2 {
-		t.Errorf("answered %v, want 2", n)
+	if n := testutil.ToFloat64(f.srv.stmts[0].local); n != 3 {
+		t.Errorf("answered %v, want 3", n)
 	}
 }
 

@@ -470,10 +470,11 @@ func (ss *session) matchTokens(toks []token, err error, literal bool) int {
 // change a table or a privilege, and stops answering locally in a session
 // that changes its search_path or role.
 func (ss *session) scanForwarded(q string, toks []token, err error) {
-	ddl, taint := false, false
+	ddl, setting, set := false, false, false
 	check := func(w string) {
 		ddl = ddl || ddlWords[w]
-		taint = taint || sessionWords[w]
+		setting = setting || sessionWords[w]
+		set = set || w == "set" || w == "reset" || w == "set_config"
 	}
 	if err == nil {
 		for _, t := range toks {
@@ -491,7 +492,7 @@ func (ss *session) scanForwarded(q string, toks []token, err error) {
 	if ddl {
 		ss.srv.cache.clear()
 	}
-	if taint {
+	if setting && set { // SHOW search_path is harmless
 		ss.mu.Lock()
 		ss.tainted = true
 		ss.mu.Unlock()
@@ -504,7 +505,7 @@ func (ss *session) scanForwarded(q string, toks []token, err error) {
 var (
 	ddlWords = map[string]bool{"alter": true, "drop": true, "create": true, "grant": true, "revoke": true,
 		"comment": true, "security": true, "policy": true, "import": true}
-	sessionWords = map[string]bool{"search_path": true, "role": true, "authorization": true, "set_config": true,
+	sessionWords = map[string]bool{"search_path": true, "role": true, "authorization": true, "set_config": true, "all": true,
 		"client_encoding": true, "standard_conforming_strings": true}
 )
 
