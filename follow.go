@@ -14,6 +14,7 @@ import (
 	"github.com/bloomgate/bloomgate/filter"
 	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/defaults"
+	"github.com/bloomgate/bloomgate/internal/freshness"
 )
 
 // Feed is a change feed with exact positions, such as PostgreSQL logical
@@ -23,7 +24,8 @@ import (
 // Optional capabilities, found by type assertion: Estimate(ctx) (int64,
 // error) sizes the first filter (else Config.Source's estimate, if set), and
 // Err() error reports the error of the feed's last failed connection while
-// Stream retries on its own (it then appears in State's reason).
+// Stream retries on its own (it then appears in State's reason). A Feed
+// whose head was read by another process implements RelayedHead.
 type Feed interface {
 	// Bootstrap starts the feed afresh: it calls fn for every key of the
 	// table at one consistent point and returns that point. Stream from it
@@ -41,6 +43,18 @@ type Feed interface {
 	// Confirm tells the feed that every transaction up to pos is durable
 	// on the gate's side, so it may release them.
 	Confirm(ctx context.Context, pos changefeed.Position) error
+}
+
+// RelayedHead is implemented by a Feed whose head was read from the
+// database by another process and relayed, such as a fan-out instance's
+// (the feeder's heartbeat). Follow then uses HeadAge instead of Head: it
+// returns a position the database had reached and an age — every
+// transaction committed more than age before HeadAge returned ends at or
+// before head — so that freshness is measured from the moment of the read,
+// not of the relay. An error (no such read yet, or a stale one) turns the
+// gate not ready once MaxLag has passed since the last head it had.
+type RelayedHead interface {
+	HeadAge(ctx context.Context) (head changefeed.Position, age time.Duration, err error)
 }
 
 type feedEstimator interface {
@@ -285,8 +299,8 @@ type follower struct {
 	mu           sync.Mutex // serialises applying, snapshots and the rebuild's swap
 	pos          changefeed.Position
 	applied      int64
-	heads        []headMark // feed heads seen, oldest first
-	headErr      error      // the last Head error, nil once one succeeds
+	heads        freshness.Tracker // the feed's heads read (the invariant: internal/freshness)
+	headErr      error             // the last Head error, nil once one succeeds
 	caughtUp     bool
 	lastSnapshot time.Time
 	lastCheck    time.Time
@@ -302,11 +316,6 @@ type follower struct {
 	retryCap  uint64       // the least capacity for it
 	saving    bool         // a snapshot is being written
 	wg        sync.WaitGroup
-}
-
-type headMark struct {
-	at  time.Time
-	pos changefeed.Position
 }
 
 type feedRebuild struct {
@@ -370,7 +379,12 @@ func (fl *follower) run(ctx context.Context, fresh bool) error {
 		}
 	}
 	if err := fl.markHead(ctx); err != nil {
-		return err
+		// A relayed head may simply not be there yet (a fan-out instance
+		// waits for the feeder's next read of the database): the watch
+		// marks it when it is; until then the gate is not fresh.
+		if _, relayed := fl.feed.(RelayedHead); !relayed {
+			return err
+		}
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -586,10 +600,22 @@ func (fl *follower) addKey(nf Filter, key []byte) error {
 }
 
 // markHead records the feed's head: once the stream passes it, every
-// transaction committed before now has been applied.
+// transaction committed before the mark's time has been applied. A plain
+// Feed's head is marked with the time before the read; a RelayedHead
+// feed's with the lower bound of its read that it reports.
 func (fl *follower) markHead(ctx context.Context) error {
 	at := fl.g.cfg.Now()
-	head, err := fl.feed.Head(ctx)
+	var head changefeed.Position
+	var err error
+	if rh, ok := fl.feed.(RelayedHead); ok {
+		var age time.Duration
+		head, age, err = rh.HeadAge(ctx)
+		if now := fl.g.cfg.Now(); err == nil && now.Add(-age).Before(at) {
+			at = now.Add(-age)
+		}
+	} else {
+		head, err = fl.feed.Head(ctx)
+	}
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
 	fl.headErr = err
@@ -597,7 +623,7 @@ func (fl *follower) markHead(ctx context.Context) error {
 		fl.updateLocked(fl.g.cfg.Now(), true)
 		return fmt.Errorf("bloomgate: feed head: %w", err)
 	}
-	fl.heads = append(fl.heads, headMark{at, head})
+	fl.heads.Mark(freshness.Mark{At: at, Head: head})
 	fl.updateLocked(fl.g.cfg.Now(), true)
 	return nil
 }
@@ -621,18 +647,8 @@ func (fl *follower) watch(ctx context.Context) {
 // lagLocked returns how far the applied position is behind: the age of the
 // newest head mark it has passed (a mark not yet passed is outstanding).
 func (fl *follower) lagLocked(now time.Time) (time.Duration, bool) {
-	passed := -1
-	for i, h := range fl.heads {
-		if h.pos <= fl.pos {
-			passed = i
-		}
-	}
-	if passed < 0 {
-		return 0, false
-	}
-	// Marks before the newest passed one are no longer needed.
-	fl.heads = fl.heads[passed:]
-	return now.Sub(fl.heads[0].at), true
+	fl.heads.Advance(fl.pos)
+	return fl.heads.Lag(now)
 }
 
 // updateLocked turns the gate ready or failing open by the feed's lag;

@@ -11,8 +11,10 @@ func (g *Gate) Position() changefeed.Position {
 
 // MayContainAt is MayContain for a reader that must see every transaction
 // up to pos: read-your-writes across instances, where pos is a token the
-// writer took after its commit (for PostgreSQL, SELECT pg_current_wal_lsn()
-// once the transaction committed). It reports true ("maybe", look in the
+// writer took after its commit (for PostgreSQL, postgres.WritePosition on
+// the writer's connection once COMMIT returned: pg_current_wal_insert_lsn(),
+// not pg_current_wal_lsn(), which under synchronous_commit = off can be
+// below the commit). It reports true ("maybe", look in the
 // database) while Position is below pos, and while the last check of the
 // feed's lag is more than MaxLag old (a process that was paused, or whose
 // Follow stopped); otherwise it answers as MayContain. pos 0 only applies

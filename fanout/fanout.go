@@ -50,6 +50,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/bloomgate/bloomgate/changefeed"
@@ -363,36 +364,83 @@ func Continue(pos changefeed.Position, b Batch) ([]changefeed.Txn, error) {
 
 // beatValue is the feeder's signal to instances, written every
 // FeederConfig.HeartbeatInterval and with every batch: the lease term it
-// publishes under and the database's newest position it knows of. Beat
-// grows with every write, so a heartbeat that stops changing is stale.
+// publishes under, the newest position it knows the database has reached
+// (Head: what vouches for a batch), and the database head it last read
+// itself in this term (Polled, by read number Poll). Beat grows with every
+// write, so a heartbeat that stops changing is stale.
+//
+// Only Polled says how fresh an instance is: Head may be a position the
+// feeder published from its own (possibly lagging) stream, which says
+// nothing of what the database holds now. Poll is 0 until the feeder has
+// read the database's head in this term. Gap is how long after the first
+// successful write of read Poll−1's heartbeat read Poll began (feeder
+// time); negative: not known (the first read of a term, or no write of
+// the previous read succeeded). Instance.heartbeat derives the read's time
+// from it.
 type beatValue struct {
-	Term uint64
-	Head changefeed.Position
-	Beat uint64
+	Term   uint64
+	Head   changefeed.Position
+	Beat   uint64
+	Poll   uint64
+	Polled changefeed.Position
+	Gap    time.Duration
 }
 
+// gapUnknown encodes a negative Gap.
+const gapUnknown = math.MaxUint64
+
 // appendHeartbeat encodes h: version | flags | term u64 | head u64 |
-// beat u64 | [MAC] | CRC, all little-endian.
+// beat u64 | poll u64 | polled u64 | gap u64 (ns; all ones: unknown) |
+// [MAC] | CRC, all little-endian.
 func appendHeartbeat(dst []byte, h beatValue, key []byte) []byte {
 	start := len(dst)
 	dst = header(dst, key)
 	dst = binary.LittleEndian.AppendUint64(dst, h.Term)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(h.Head))
 	dst = binary.LittleEndian.AppendUint64(dst, h.Beat)
+	dst = binary.LittleEndian.AppendUint64(dst, h.Poll)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(h.Polled))
+	gap := uint64(gapUnknown)
+	if h.Gap >= 0 {
+		gap = uint64(h.Gap)
+	}
+	dst = binary.LittleEndian.AppendUint64(dst, gap)
 	return seal(dst, start, domainHead, key)
 }
+
+// heartbeatV1Len is the body of a heartbeat without a polled head (written
+// by earlier feeders): it decodes with Poll 0, so it vouches for batches
+// but makes no instance fresh.
+const heartbeatV1Len = 2 + 24
 
 func decodeHeartbeat(p []byte, key []byte) (beatValue, error) {
 	body, err := open(p, domainHead, key)
 	if err != nil {
 		return beatValue{}, err
 	}
-	if len(body) != 2+24 {
+	if len(body) != heartbeatV1Len && len(body) != heartbeatV1Len+24 {
 		return beatValue{}, fmt.Errorf("%w: heartbeat of %d bytes", ErrCorrupt, len(body))
 	}
-	return beatValue{
+	h := beatValue{
 		Term: binary.LittleEndian.Uint64(body[2:]),
 		Head: changefeed.Position(binary.LittleEndian.Uint64(body[10:])),
 		Beat: binary.LittleEndian.Uint64(body[18:]),
-	}, nil
+		Gap:  -1,
+	}
+	if len(body) == heartbeatV1Len {
+		return h, nil
+	}
+	h.Poll = binary.LittleEndian.Uint64(body[26:])
+	h.Polled = changefeed.Position(binary.LittleEndian.Uint64(body[34:]))
+	switch gap := binary.LittleEndian.Uint64(body[42:]); {
+	case gap == gapUnknown:
+	case gap > math.MaxInt64:
+		return beatValue{}, fmt.Errorf("%w: heartbeat gap %d ns", ErrCorrupt, gap)
+	default:
+		h.Gap = time.Duration(gap)
+	}
+	if h.Poll == 0 && (h.Polled != 0 || h.Gap >= 0) {
+		return beatValue{}, fmt.Errorf("%w: heartbeat with a polled head but no poll", ErrCorrupt)
+	}
+	return h, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bloomgate/bloomgate"
@@ -79,9 +80,15 @@ var ErrInvalidConfig = errors.New("fanout: invalid config")
 //
 // Run blocks; a Feeder is safe for concurrent use.
 type Feeder struct {
-	b   Backend
-	cfg FeederConfig
+	b    Backend
+	cfg  FeederConfig
+	term atomic.Uint64 // the lease term held now; 0: none
 }
+
+// Leading reports whether the feeder holds the lease now: it publishes
+// the set's log and heartbeat (the process's role is "feeder"); false
+// while it waits for the lease ("standby").
+func (f *Feeder) Leading() bool { return f.term.Load() != 0 }
 
 // NewFeeder returns a feeder for the set b describes. Adapters call it
 // (jetstream.Set.NewFeeder, redisstream.Set.NewFeeder).
@@ -119,8 +126,9 @@ func (f *Feeder) Run(ctx context.Context) error {
 			return err
 		}
 		log.Info("bloomgate: feeder lease acquired", "set", f.b.Name, "id", f.cfg.ID, "term", term)
+		f.term.Store(term)
 		lctx, cancel := context.WithCancel(ctx)
-		pub := &publisher{f: f, term: term, lease: lease, cancel: cancel, beat: make(chan struct{}, 1)}
+		pub := &publisher{f: f, term: term, lease: lease, cancel: cancel, beat: make(chan struct{}, 1), firstPoll: make(chan struct{})}
 		pub.startGen(lctx)
 		var wg sync.WaitGroup
 		wg.Go(func() { pub.hold(lctx) })
@@ -128,6 +136,7 @@ func (f *Feeder) Run(ctx context.Context) error {
 		fcfg := f.cfg.Follow
 		fcfg.Snapshots = &snapshots{b: &f.b, pub: pub, loaded: pub.loaded}
 		err = f.cfg.Gate.Follow(lctx, pub, fcfg)
+		f.term.Store(0)
 		cancel()
 		wg.Wait()
 		rctx, rcancel := context.WithTimeout(context.Background(), f.b.LeaseTTL)
@@ -176,9 +185,15 @@ type publisher struct {
 	marks     []mark // position → cursor after it, increasing
 	published changefeed.Position
 	dbHead    changefeed.Position
-	beat      chan struct{} // asks the heartbeat for a write now
-	baseGen   uint64        // the generation of the filter loaded (or the newest recorded)
-	baseBuild uint64        // the gate's Stats().Builds then
+	poll      uint64              // database head reads in this term
+	polled    changefeed.Position // the newest head read
+	gap       time.Duration       // from firstOK of the previous read to this read; <0: unknown
+	firstOK   time.Time           // when the first heartbeat of this read was written; zero: not yet
+	firstPoll chan struct{}       // closed by the term's first head read
+	headFails int                 // head reads failed in a row
+	beat      chan struct{}       // asks the heartbeat for a write now
+	baseGen   uint64              // the generation of the filter loaded (or the newest recorded)
+	baseBuild uint64              // the gate's Stats().Builds then
 }
 
 // startGen starts counting filter generations from the newest record's.
@@ -244,36 +259,88 @@ func (p *publisher) hold(ctx context.Context) {
 }
 
 // heartbeat writes the heartbeat every HeartbeatInterval, and at once after
-// a batch: the term, and the newest database position the feeder knows.
+// a batch: the term, the newest database position the feeder knows, and
+// the database head it last read itself. A term starts with a read of the
+// database's head and writes no heartbeat before one succeeds: a new
+// feeder's own position (its snapshot's, or a stream catching up after an
+// outage) is not the database's head, and an instance that took it for one
+// would count itself fresh while far behind.
 func (p *publisher) heartbeat(ctx context.Context) {
-	t := time.NewTicker(p.f.cfg.HeartbeatInterval)
+	every := p.f.cfg.HeartbeatInterval
+	t := time.NewTicker(every)
 	defer t.Stop()
 	var beat uint64
 	var buf []byte
+	poll := true
 	for {
-		poll := false
+		if poll {
+			p.pollHead(ctx)
+		}
+		p.mu.Lock()
+		h := beatValue{Term: p.term, Head: max(p.dbHead, p.published), Poll: p.poll, Polled: p.polled, Gap: p.gap}
+		p.mu.Unlock()
+		var retry <-chan time.Time
+		if h.Poll > 0 {
+			beat = max(beat+1, uint64(time.Now().UnixNano()))
+			h.Beat = beat
+			buf = appendHeartbeat(buf[:0], h, p.f.b.Key)
+			err := p.f.b.Store.Put(ctx, keyHead, buf)
+			switch {
+			case err == nil:
+				// Instances bound the next read's time by this write's:
+				// it is complete, so visible, before that read begins.
+				p.mu.Lock()
+				if p.firstOK.IsZero() {
+					p.firstOK = time.Now()
+				}
+				p.mu.Unlock()
+			case ctx.Err() == nil:
+				p.f.b.Logger.Warn("bloomgate: feeder heartbeat", "set", p.f.b.Name, "err", err)
+			}
+		} else {
+			retry = time.After(min(every, 100*time.Millisecond))
+		}
+		poll = false
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			poll = true
+		case <-retry:
+			poll = true
 		case <-p.beat:
 		}
-		if poll {
-			if h, err := p.f.cfg.Feed.Head(ctx); err == nil {
-				p.mu.Lock()
-				p.dbHead = max(p.dbHead, h)
-				p.mu.Unlock()
-			}
+	}
+}
+
+// pollHead reads the database's head, noting the time before the read.
+func (p *publisher) pollHead(ctx context.Context) {
+	at := time.Now()
+	h, err := p.f.cfg.Feed.Head(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		// Logged once per run of failures: instances see the head age
+		// and fail open by themselves.
+		if p.headFails++; p.headFails == 1 && ctx.Err() == nil {
+			p.f.b.Logger.Warn("bloomgate: feeder cannot read the database's head; instances fail open past their MaxLag until it can",
+				"set", p.f.b.Name, "err", err)
 		}
-		p.mu.Lock()
-		head := max(p.dbHead, p.published)
-		p.mu.Unlock()
-		beat = max(beat+1, uint64(time.Now().UnixNano()))
-		buf = appendHeartbeat(buf[:0], beatValue{Term: p.term, Head: head, Beat: beat}, p.f.b.Key)
-		if err := p.f.b.Store.Put(ctx, keyHead, buf); err != nil && ctx.Err() == nil {
-			p.f.b.Logger.Warn("bloomgate: feeder heartbeat", "set", p.f.b.Name, "err", err)
-		}
+		return
+	}
+	if p.headFails > 0 {
+		p.f.b.Logger.Info("bloomgate: feeder reads the database's head again", "set", p.f.b.Name, "failed_reads", p.headFails)
+		p.headFails = 0
+	}
+	p.dbHead = max(p.dbHead, h)
+	p.polled = max(p.polled, h)
+	p.gap = -1
+	if !p.firstOK.IsZero() {
+		p.gap = at.Sub(p.firstOK)
+	}
+	p.firstOK = time.Time{}
+	if p.poll++; p.poll == 1 {
+		close(p.firstPoll)
 	}
 }
 
@@ -464,6 +531,13 @@ func (p *publisher) follow(ctx context.Context, pos changefeed.Position, after C
 // publishLoop appends what q holds in batches, then applies and confirms
 // each batch.
 func (p *publisher) publishLoop(ctx context.Context, q <-chan changefeed.Txn, prev changefeed.Position, after Cursor, apply func(changefeed.Txn) error) error {
+	// Nothing is appended before the term's first read of the database's
+	// head (the heartbeat's).
+	select {
+	case <-p.firstPoll:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	var buf []byte
 	var batch []changefeed.Txn
 	for {

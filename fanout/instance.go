@@ -19,7 +19,8 @@ var (
 	// ErrSnapshotOnly is returned by an Instance's Bootstrap and Rebuild:
 	// instances never scan the database; they start from the feeder's
 	// snapshots. Follow then fails open and tries again (with backoff), and
-	// starts from the newest snapshot once one is there.
+	// starts from the newest snapshot once one is there; while none is
+	// recorded at all, Bootstrap first waits up to 30 s for the first.
 	ErrSnapshotOnly = errors.New("fanout: instances start only from the feeder's snapshots")
 	// ErrStaleHead is returned by Head when the feeder's heartbeat has not
 	// changed for InstanceConfig.HeadTimeout: no feeder is publishing.
@@ -92,11 +93,39 @@ type Instance struct {
 	marks     map[changefeed.Position]start // snapshot and batch ends
 	hb        beatValue
 	hbChanged time.Time               // when hb.Beat last changed
+	seen      pollID                  // the newest read of the database's head seen
+	seenRead  time.Time               // the start of the latest heartbeat read that showed seen
+	olderRead time.Time               // the start of the latest one that showed an older read
+	head      polledHead              // what Head and HeadAge report
 	skipLocal bool                    // the local snapshot led to a gap
 	loadErr   error                   // why the last Load found nothing usable
 	gen       uint64                  // the generation of the filter loaded
 	restart   context.CancelCauseFunc // ends the running Stream
 }
+
+// pollID names one read of the database's head by a feeder.
+type pollID struct{ term, poll uint64 }
+
+func (a pollID) after(b pollID) bool {
+	return a.term > b.term || a.term == b.term && a.poll > b.poll
+}
+
+// polledHead is a database head read by the feeder, and a time at or
+// before that read, by this process's clock.
+type polledHead struct {
+	pos changefeed.Position
+	at  time.Time
+	ok  bool
+}
+
+// firstSnapshotWait bounds how long Bootstrap waits for a set's first
+// snapshot record.
+const firstSnapshotWait = 30 * time.Second
+
+// ErrNoPolledHead is returned by Head while no heartbeat has shown this
+// instance a database head read by a feeder in its term (at its start,
+// after a feeder's takeover, or from a feeder of an earlier version).
+var ErrNoPolledHead = errors.New("fanout: no heartbeat yet with a database head the feeder read in its term")
 
 // errNewFilter ends a Stream when the feeder has recorded a snapshot of a
 // newer filter (it rebuilt or bootstrapped): Follow loads it.
@@ -111,7 +140,10 @@ type start struct {
 	local bool
 }
 
-var _ bloomgate.Feed = (*Instance)(nil)
+var (
+	_ bloomgate.Feed        = (*Instance)(nil)
+	_ bloomgate.RelayedHead = (*Instance)(nil)
+)
 
 // NewInstance returns the instance side of the set b describes. Adapters
 // call it (jetstream.Set.NewInstance, redisstream.Set.NewInstance).
@@ -178,6 +210,18 @@ func (in *Instance) cursorOf(pos changefeed.Position) (Cursor, uint64, uint64, b
 // usable snapshot (none yet, or refused ones: another Key, damage), so that
 // the gate's reason says it.
 func (in *Instance) Bootstrap(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error) {
+	// Nothing recorded yet (a set's first start): wait here for the
+	// feeder's first snapshot, so that Follow loads it at once instead of
+	// failing again and again with a growing backoff.
+	deadline := time.Now().Add(firstSnapshotWait)
+	for time.Now().Before(deadline) {
+		if _, _, err := in.b.Store.Get(ctx, keySnapshot); !errors.Is(err, ErrNotFound) {
+			break
+		}
+		if backoff.Sleep(ctx, 20*time.Millisecond) != nil {
+			break
+		}
+	}
 	in.mu.Lock()
 	why := in.loadErr
 	in.mu.Unlock()
@@ -290,7 +334,21 @@ func (in *Instance) vouch(ctx context.Context, b Batch, cur Cursor) error {
 }
 
 // heartbeat reads the feeder's heartbeat and remembers it.
+//
+// The freshness it derives keeps internal/freshness's invariant across two
+// processes without comparing their clocks. A heartbeat carries the
+// feeder's read n of the database's head (Polled, numbered Poll within the
+// term) and Gap: how long after its first successful heartbeat write of
+// read n−1 read n began. A heartbeat read of ours that began at s and
+// showed a read older than n−1 proves that no write of read n−1 was visible
+// then, so the feeder's first successful one completed after s, and read n
+// began after s + Gap. The first read of a term, a heartbeat whose Gap is
+// unknown, and a read with no such earlier heartbeat read of ours (the
+// first one an instance sees) give no bound and are not used; a read that
+// is not newer (a replay, an older term, a heartbeat without a read) is
+// never used.
 func (in *Instance) heartbeat(ctx context.Context) (beatValue, error) {
+	start := time.Now()
 	v, _, err := in.b.Store.Get(ctx, keyHead)
 	if err != nil {
 		return beatValue{}, fmt.Errorf("fanout: heartbeat: %w", err)
@@ -307,24 +365,67 @@ func (in *Instance) heartbeat(ctx context.Context) (beatValue, error) {
 	if h.Term >= in.hb.Term {
 		in.hb = h
 	}
+	id := pollID{h.Term, h.Poll}
+	switch {
+	case id.after(in.seen):
+		// The latest read of ours that showed a read older than the
+		// feeder's previous one.
+		var before time.Time
+		if prev := (pollID{h.Term, h.Poll - 1}); h.Poll < 2 {
+		} else if in.seen == prev {
+			before = in.olderRead
+		} else if prev.after(in.seen) {
+			before = latest(in.olderRead, in.seenRead)
+		}
+		if h.Gap >= 0 && !before.IsZero() {
+			in.head = polledHead{pos: h.Polled, at: before.Add(h.Gap), ok: true}
+		}
+		in.olderRead = latest(in.olderRead, in.seenRead)
+		in.seen, in.seenRead = id, start
+	case id == in.seen:
+		in.seenRead = latest(in.seenRead, start)
+	default:
+		in.olderRead = latest(in.olderRead, start)
+	}
 	return h, nil
 }
 
-// Head returns the database head of the feeder's latest heartbeat, or
-// ErrStaleHead when the heartbeat has not changed for HeadTimeout.
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// Head returns the newest database head a feeder read, as HeadAge does.
 func (in *Instance) Head(ctx context.Context) (changefeed.Position, error) {
-	h, err := in.heartbeat(ctx)
-	if err != nil {
-		return 0, err
+	pos, _, err := in.HeadAge(ctx)
+	return pos, err
+}
+
+// HeadAge implements bloomgate.RelayedHead: the newest database head a
+// feeder read in its term, and how long ago at least it read it. It
+// returns ErrStaleHead when the heartbeat has not changed for HeadTimeout
+// (no feeder is running), and ErrNoPolledHead until a heartbeat shows a
+// head read after this instance's first look (see heartbeat). Either way
+// the gate stops counting itself fresher, and fails open once MaxLag has
+// passed since the head it last passed was read.
+func (in *Instance) HeadAge(ctx context.Context) (changefeed.Position, time.Duration, error) {
+	if _, err := in.heartbeat(ctx); err != nil {
+		return 0, 0, err
 	}
 	in.checkFilter(ctx)
 	in.mu.Lock()
 	age := time.Since(in.hbChanged)
+	head, term := in.head, in.hb.Term
 	in.mu.Unlock()
 	if age > in.cfg.HeadTimeout {
-		return 0, fmt.Errorf("%w: unchanged for %v", ErrStaleHead, age.Round(time.Millisecond))
+		return 0, 0, fmt.Errorf("%w: unchanged for %v", ErrStaleHead, age.Round(time.Millisecond))
 	}
-	return h.Head, nil
+	if !head.ok {
+		return 0, 0, fmt.Errorf("%w (term %d)", ErrNoPolledHead, term)
+	}
+	return head.pos, max(time.Since(head.at), 0), nil
 }
 
 // checkFilter ends the running Stream when the newest snapshot record is

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/bloomgate/bloomgate/changefeed"
 )
@@ -43,10 +44,15 @@ func TestBatchMAC(t *testing.T) {
 
 func TestHeartbeatAndRecordRoundTrip(t *testing.T) {
 	for _, key := range [][]byte{nil, testKey} {
-		h := beatValue{Term: 3, Head: 0x16B374D848, Beat: 42}
-		got, err := decodeHeartbeat(appendHeartbeat(nil, h, key), key)
-		if err != nil || got != h {
-			t.Fatalf("heartbeat (key %v): %+v, %v", key != nil, got, err)
+		for _, h := range []beatValue{
+			{Term: 3, Head: 0x16B374D848, Beat: 42, Poll: 9, Polled: 0x16B374D800, Gap: 1500 * time.Millisecond},
+			{Term: 3, Head: 0x16B374D848, Beat: 42, Poll: 1, Polled: 0x16B374D800, Gap: -1},
+			{Term: 3, Head: 0x16B374D848, Beat: 42, Gap: -1},
+		} {
+			got, err := decodeHeartbeat(appendHeartbeat(nil, h, key), key)
+			if err != nil || got != h {
+				t.Fatalf("heartbeat (key %v): %+v, %v", key != nil, got, err)
+			}
 		}
 		r := record{Term: 3, Position: 0x16B374D848, Size: 1 << 20, Gen: 5, Cursor: "1234", Object: "00000016b374d848-0000000000000003"}
 		r.Digest[0], r.Digest[31] = 1, 2
@@ -85,8 +91,9 @@ func TestRecordNewer(t *testing.T) {
 }
 
 func FuzzDecodeHeartbeat(f *testing.F) {
-	f.Add(appendHeartbeat(nil, beatValue{Term: 1, Head: 2, Beat: 3}, nil), false)
-	f.Add(appendHeartbeat(nil, beatValue{Term: 1, Head: 2, Beat: 3}, testKey), true)
+	f.Add(appendHeartbeat(nil, beatValue{Term: 1, Head: 2, Beat: 3, Gap: -1}, nil), false)
+	f.Add(appendHeartbeat(nil, beatValue{Term: 1, Head: 2, Beat: 3, Gap: -1}, testKey), true)
+	f.Add(appendHeartbeat(nil, beatValue{Term: 1, Head: 2, Beat: 3, Poll: 4, Polled: 2, Gap: 5}, nil), false)
 	f.Fuzz(func(t *testing.T, p []byte, keyed bool) {
 		var key []byte
 		if keyed {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/freshness"
 )
 
 // A table-backed expiring set with a Feed follows the table's change feed.
@@ -45,18 +46,12 @@ import (
 type expiringFollow struct {
 	freshUntil atomic.Int64 // Unix ns by the store's clock; 0: not fresh
 
-	mu       sync.Mutex
-	pos      changefeed.Position // applied
-	heads    []headMark          // head reads not yet passed, oldest first
-	passedAt int64               // Unix ns of the newest head read passed; 0: none
-	headErr  error
-	feedErr  error // the last Stream or bootstrap error, nil while streaming
-	fresh    bool  // as of the last watch tick, for the log
-}
-
-type headMark struct {
-	at  int64
-	pos changefeed.Position
+	mu      sync.Mutex
+	pos     changefeed.Position // applied
+	heads   freshness.Tracker   // head reads (the invariant: internal/freshness)
+	headErr error
+	feedErr error // the last Stream or bootstrap error, nil while streaming
+	fresh   bool  // as of the last watch tick, for the log
 }
 
 const (
@@ -77,7 +72,8 @@ func (s *Store) runExpiringFeed(ctx context.Context, o *object) {
 		t.failures.Add(1)
 		fl.freshUntil.Store(0)
 		fl.mu.Lock()
-		fl.feedErr, fl.heads, fl.passedAt, fl.fresh = err, nil, 0, false
+		fl.heads.Reset()
+		fl.feedErr, fl.fresh = err, false
 		fl.mu.Unlock()
 		if streamed {
 			retry = expiringFeedRetryFirst
@@ -110,7 +106,8 @@ func (s *Store) followExpiring(ctx context.Context, o *object) (streamed bool, e
 		return false, fmt.Errorf("bootstrap: %w", err)
 	}
 	fl.mu.Lock()
-	fl.pos, fl.heads, fl.passedAt, fl.feedErr = start, nil, 0, nil
+	fl.heads.Reset()
+	fl.pos, fl.feedErr = start, nil
 	fl.mu.Unlock()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -184,25 +181,23 @@ func (s *Store) applyExpiringTxn(ctx context.Context, o *object, txn changefeed.
 // applied position has reached.
 func (s *Store) passHeadsLocked(o *object) {
 	fl := o.table.follow
-	n := 0
-	for _, h := range fl.heads {
-		if h.pos > fl.pos {
-			break
-		}
-		fl.passedAt = h.at
-		n++
+	if fl.heads.Advance(fl.pos) {
+		m, _ := fl.heads.Passed()
+		fl.freshUntil.Store(m.At.Add(o.table.cfg.MaxLag).UnixNano())
 	}
-	if n > 0 {
-		fl.heads = fl.heads[n:]
-		fl.freshUntil.Store(fl.passedAt + int64(o.table.cfg.MaxLag))
-	}
+}
+
+// lagLocked is the age of the newest head read passed; 0 before one.
+func (fl *expiringFollow) lagLocked(now time.Time) time.Duration {
+	lag, _ := fl.heads.Lag(now)
+	return lag
 }
 
 // markExpiringHead reads the database's head, noting the time before the
 // read.
 func (s *Store) markExpiringHead(ctx context.Context, o *object) {
 	fl := o.table.follow
-	at := s.cfg.Now().UnixNano()
+	at := s.cfg.Now()
 	head, err := o.table.cfg.Feed.Head(ctx)
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
@@ -210,7 +205,7 @@ func (s *Store) markExpiringHead(ctx context.Context, o *object) {
 	if err != nil {
 		return
 	}
-	fl.heads = append(fl.heads, headMark{at, head})
+	fl.heads.Mark(freshness.Mark{At: at, Head: head})
 	s.passHeadsLocked(o)
 }
 
@@ -232,10 +227,7 @@ func (s *Store) watchExpiringFeed(ctx context.Context, o *object) {
 		fl.mu.Lock()
 		was := fl.fresh
 		fl.fresh = fresh
-		var lag time.Duration
-		if fl.passedAt != 0 {
-			lag = s.cfg.Now().Sub(time.Unix(0, fl.passedAt))
-		}
+		lag := fl.lagLocked(s.cfg.Now())
 		reason := fl.reasonLocked(lag, t.cfg)
 		fl.mu.Unlock()
 		switch {
@@ -250,7 +242,7 @@ func (s *Store) watchExpiringFeed(ctx context.Context, o *object) {
 // reasonLocked says why a followed set is not fresh.
 func (fl *expiringFollow) reasonLocked(lag time.Duration, cfg ExpiringSetConfig) string {
 	reason := "change feed: catching up with the database's head as of the start; every lookup answers present"
-	if fl.passedAt != 0 {
+	if _, passed := fl.heads.Passed(); passed {
 		reason = fmt.Sprintf("change feed: lag %v exceeds max-lag %v; every lookup answers present", lag.Round(time.Millisecond), cfg.MaxLag)
 	}
 	if fl.feedErr != nil {

@@ -315,9 +315,7 @@ func (s *Store) ExpiringSet(name string) (ExpiringSetStatus, bool) {
 		st.Follow = true
 		fl.mu.Lock()
 		st.Position = fl.pos
-		if fl.passedAt != 0 {
-			st.Lag = s.cfg.Now().Sub(time.Unix(0, fl.passedAt))
-		}
+		st.Lag = fl.lagLocked(s.cfg.Now())
 		if !st.Ready && st.Reason == "" {
 			st.Reason = fl.reasonLocked(st.Lag, t.cfg)
 		}

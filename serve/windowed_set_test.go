@@ -203,3 +203,28 @@ func TestExpiringSetBeyondMaxTTL(t *testing.T) {
 		t.Error("still answering present after the far row's expiry")
 	}
 }
+
+// TestExpiringSetBeyondMaxTTLHeld: a row expiring further ahead than the
+// max TTL, while a generation is free for it, is held (present until its
+// expiry) and the set stays exact: other keys answer absent.
+func TestExpiringSetBeyondMaxTTLHeld(t *testing.T) {
+	c := &clock{}
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	c.ns.Store(t0.UnixNano())
+	// Windows of 30 s (max TTL 30 s, two generations): "far" expires in 90 s.
+	rows := rowsSource{{"far", t0.Add(90 * time.Second)}}
+	s, err := serve.Open(serve.Config{Now: c.Now, ExpiringSets: []serve.ExpiringSetConfig{{
+		Name: "r", Source: rows, Params: serve.ExpiringParams{MaxTTL: 30 * time.Second, Capacity: 100, Generations: 2},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	testsvc.Eventually(t, 10*time.Second, s.Ready, "ready")
+	for _, at := range []time.Duration{0, 60 * time.Second, 89 * time.Second} {
+		c.ns.Store(t0.Add(at).UnixNano())
+		if got, _ := s.XExists("r", [][]byte{[]byte("far"), []byte("not-a-row")}); !got[0] || got[1] {
+			t.Fatalf("at +%v: far %v, not-a-row %v; want the far row present and the set exact", at, got[0], got[1])
+		}
+	}
+}

@@ -372,8 +372,8 @@ func TestServeRYWToken(t *testing.T) {
 }
 
 // runServeFail runs the server with conf and expects it to exit 1 within
-// the bound with stderr containing every want.
-func runServeFail(t *testing.T, bin, conf string, bound time.Duration, want ...string) {
+// the bound with stderr containing every want, and returns its output.
+func runServeFail(t *testing.T, bin, conf string, bound time.Duration, want ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
@@ -395,6 +395,7 @@ func runServeFail(t *testing.T, bin, conf string, bound time.Duration, want ...s
 		}
 	}
 	t.Logf("failed after %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
+	return string(out)
 }
 
 // TestServeFollowConfigErrors: every mistake a user can make in a followed
@@ -437,6 +438,27 @@ func TestServeFollowConfigErrors(t *testing.T) {
 		pg.SQL(t, "CREATE TABLE users (email text PRIMARY KEY)")
 		runServeFail(t, bin, set("  postgres "+pg.DSN+"\n  publication bg_nopub\n"), 15*time.Second,
 			`set "users": publication: bg_nopub is missing`, "bloomgate feed setup")
+	})
+	t.Run("own slot, missing publication", func(t *testing.T) {
+		// The set's slot names its publication too; the error says so,
+		// and the setup it advises makes that publication.
+		testsvc.Short(t, "starts a PostgreSQL cluster")
+		pg := testsvc.NewPostgres(t, testsvc.PGOptions{})
+		pg.SQL(t, "CREATE TABLE users (email text PRIMARY KEY)")
+		conf := set("  postgres " + pg.DSN + "\n  slot bg_own\n")
+		out := runServeFail(t, bin, conf, 15*time.Second,
+			`set "users": publication: bg_own (named after the set's slot`, "bloomgate feed setup -postgres URL -table users -column email -slot bg_own -run")
+		_, advice, _ := strings.Cut(out, "run bloomgate feed setup")
+		advice, _, _ = strings.Cut(advice, " -run ")
+		args := append([]string{"feed", "setup"}, strings.Fields(strings.Replace(advice, "URL", pg.DSN, 1))...)
+		if out, err := exec.Command(bin, append(args, "-run")...).CombinedOutput(); err != nil {
+			t.Fatalf("the advised %v: %v\n%s", args, err, out)
+		}
+		path := filepath.Join(t.TempDir(), "bloomgate.conf")
+		respAddr, httpAddr := freeAddr(t), freeAddr(t)
+		os.WriteFile(path, []byte("resp "+respAddr+"\nhttp "+httpAddr+"\ndata "+t.TempDir()+"\n"+conf), 0o644)
+		startServe(t, bin, "-config", path)
+		waitReadyz(t, httpAddr, 30*time.Second)
 	})
 	t.Run("unreachable NATS", func(t *testing.T) {
 		runServeFail(t, bin, set("  fanout jetstream\n  fanout-unsigned yes\n  nats nats://"+freeAddr(t)+"\n"), 15*time.Second, `set "users": nats:`)

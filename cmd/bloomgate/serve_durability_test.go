@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -382,5 +385,218 @@ func TestServeCorruptSnapshot(t *testing.T) {
 	}
 	if !strings.Contains(srv.stderr.String(), "snapshot is damaged") {
 		t.Errorf("no word of the damaged snapshot; stderr:\n%s", srv.stderr)
+	}
+}
+
+// fullDiskState is what a server answers for a set of items: BF.EXISTS bf,
+// CF.EXISTS cf and CF.COUNT cf of each, BF.CARD bf and CF.INFO cf.
+type fullDiskState struct {
+	bf, cf []bool
+	count  []int64
+	card   int64
+	info   redis.CFInfo
+}
+
+func readFullDiskState(t *testing.T, ctx context.Context, rdb *redis.Client, items []string) fullDiskState {
+	t.Helper()
+	var s fullDiskState
+	for start := 0; start < len(items); start += 500 {
+		batch := items[start:min(start+500, len(items))]
+		bfArgs, cfArgs := []any{"BF.MEXISTS", "bf"}, []any{"CF.MEXISTS", "cf"}
+		for _, it := range batch {
+			bfArgs, cfArgs = append(bfArgs, it), append(cfArgs, it)
+		}
+		bf, err := rdb.Do(ctx, bfArgs...).BoolSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, err := rdb.Do(ctx, cfArgs...).BoolSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.bf, s.cf = append(s.bf, bf...), append(s.cf, cf...)
+		pipe := rdb.Pipeline()
+		cmds := make([]*redis.IntCmd, len(batch))
+		for i, it := range batch {
+			cmds[i] = pipe.CFCount(ctx, "cf", it)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cmds {
+			s.count = append(s.count, c.Val())
+		}
+	}
+	var err error
+	if s.card, err = rdb.BFCard(ctx, "bf").Result(); err != nil {
+		t.Fatal(err)
+	}
+	if s.info, err = rdb.CFInfo(ctx, "cf").Result(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// fullDiskWriter is one connection's record of its writes.
+type fullDiskWriter struct {
+	bf      []string // acknowledged BF.ADDs
+	dels    []string // CF.DELs answered 1
+	acked   int
+	refused int
+}
+
+// writeUntilRefused sends random BF.ADD, CF.ADD and CF.DEL of items from a
+// pool every writer shares (so an item is added more than once, deleted by
+// another connection, and a refused write is often retried) until n writes
+// were refused for want of space.
+func (w *fullDiskWriter) writeUntilRefused(ctx context.Context, rdb *redis.Client, rng *rand.Rand, pool, n int) error {
+	for i := 0; w.refused < n; i++ {
+		if i > 400000 {
+			return errors.New("the disk never filled up")
+		}
+		item := fmt.Sprintf("k-%d", rng.IntN(pool))
+		var err error
+		switch rng.IntN(3) {
+		case 0:
+			if err = rdb.BFAdd(ctx, "bf", item).Err(); err == nil {
+				w.bf = append(w.bf, item)
+			}
+		case 1:
+			err = rdb.CFAdd(ctx, "cf", item).Err()
+		default:
+			var ok bool
+			if ok, err = rdb.CFDel(ctx, "cf", item).Result(); err == nil && ok {
+				w.dels = append(w.dels, item)
+			}
+		}
+		switch {
+		case err == nil:
+			w.acked++
+		case strings.Contains(err.Error(), "no space left on device"):
+			w.refused++
+		default:
+			return fmt.Errorf("write %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// TestServeFullDiskConcurrent runs the server with -appendfsync always on a
+// 2 MiB tmpfs under 8 connections of BF.ADD, CF.ADD and CF.DEL until the
+// disk is full, then kills it with SIGKILL and restarts it on the still full
+// disk, three times, giving back some space between rounds; without
+// snapshots and with one every second. A refused write
+// changes nothing, so what the server answers before the kill is the
+// acknowledged writes: after each restart every item must answer BF.EXISTS,
+// CF.EXISTS and CF.COUNT as before the kill, BF.CARD and CF.INFO must count
+// the same, every acknowledged BF.ADD must be there, and no CF.DEL answered 1
+// may be undone.
+func TestServeFullDiskConcurrent(t *testing.T) {
+	// Without snapshots, the log alone; with one every second, snapshots
+	// attempted on the full disk, log segments started for them, and
+	// restarts from a snapshot and the log after it.
+	for _, snapshots := range []string{"5m", "1s"} {
+		t.Run("snapshot-interval "+snapshots, func(t *testing.T) { fullDiskConcurrent(t, snapshots) })
+	}
+}
+
+func fullDiskConcurrent(t *testing.T, snapshotInterval string) {
+	bin := buildBinary(t)
+	mnt := mountTmpfs(t, "2m")
+	data, ballast := filepath.Join(mnt, "data"), filepath.Join(mnt, "ballast")
+	if err := os.WriteFile(ballast, make([]byte, 768<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	conf := filepath.Join(t.TempDir(), "bloomgate.conf")
+	if err := os.WriteFile(conf, []byte("snapshot-interval "+snapshotInterval+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-resp", addr, "-http", "", "-data", data, "-appendfsync", "always", "-config", conf}
+	srv := startServe(t, bin, args...)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer rdb.Close()
+	if err := rdb.CFReserve(ctx, "cf", 1024).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	const writers, pool = 8, 20000
+	items := make([]string, pool)
+	for i := range items {
+		items[i] = fmt.Sprintf("k-%d", i)
+	}
+	ws := make([]*fullDiskWriter, writers)
+	for w := range ws {
+		ws[w] = &fullDiskWriter{}
+	}
+	for round := range 3 {
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		for w, fw := range ws {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+				defer c.Close()
+				rng := rand.New(rand.NewPCG(uint64(w), uint64(round)))
+				if err := fw.writeUntilRefused(ctx, c, rng, pool, 100*(round+1)); err != nil {
+					errs <- fmt.Errorf("round %d, writer %d: %w", round, w, err)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		before := readFullDiskState(t, ctx, rdb, items)
+		srv.cmd.Process.Signal(syscall.SIGKILL)
+		srv.wait()
+		srv = startServe(t, bin, args...)
+		after := readFullDiskState(t, ctx, rdb, items)
+
+		bad := 0
+		report := func(format string, a ...any) {
+			if bad++; bad <= 10 {
+				t.Errorf("round %d: "+format, append([]any{round}, a...)...)
+			}
+		}
+		var acked, refused, dels, stillPresent int
+		for _, w := range ws {
+			acked, refused, dels = acked+w.acked, refused+w.refused, dels+len(w.dels)
+			for _, it := range w.bf {
+				if i, _ := strconv.Atoi(strings.TrimPrefix(it, "k-")); !after.bf[i] {
+					report("acknowledged BF.ADD %s lost", it)
+				}
+			}
+			for _, it := range w.dels {
+				i, _ := strconv.Atoi(strings.TrimPrefix(it, "k-"))
+				if !before.cf[i] && after.cf[i] {
+					report("acknowledged CF.DEL %s undone: absent before the kill, present after the restart", it)
+				}
+				if before.cf[i] {
+					stillPresent++ // another copy, or another item's fingerprint
+				}
+			}
+		}
+		for i, it := range items {
+			if before.bf[i] != after.bf[i] || before.cf[i] != after.cf[i] || before.count[i] != after.count[i] {
+				report("%s: BF.EXISTS %v, CF.EXISTS %v, CF.COUNT %d before the kill; %v, %v, %d after the restart",
+					it, before.bf[i], before.cf[i], before.count[i], after.bf[i], after.cf[i], after.count[i])
+			}
+		}
+		if before.card != after.card {
+			report("BF.CARD %d before the kill, %d after the restart", before.card, after.card)
+		}
+		if before.info != after.info {
+			report("CF.INFO %+v before the kill, %+v after the restart", before.info, after.info)
+		}
+		t.Logf("round %d: %d writes acknowledged (%d CF.DEL answered 1, of whose items %d answer present before the kill as after: another copy or a fingerprint match), %d refused so far; CF.INFO %+v",
+			round, acked, dels, stillPresent, refused, after.info)
+		if bad > 0 {
+			t.Fatalf("round %d: %d differences between the acknowledged writes and the restarted server", round, bad)
+		}
+		freeDisk(t, ballast, 256<<10)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -82,6 +81,7 @@ type server struct {
 	cmd    *exec.Cmd
 	stderr *syncBuffer
 	done   chan struct{} // closed when the process has exited
+	ready  chan struct{} // closed when it printed "ready" (after "listening")
 	err    error         // its exit status, once done is closed
 }
 
@@ -99,19 +99,29 @@ func startServe(t testing.TB, bin string, args ...string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	s := &server{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{}), ready: make(chan struct{})}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	br := bufio.NewReader(stdout)
 	line, err := br.ReadString('\n')
-	if err != nil || !strings.Contains(line, "ready") {
+	if err != nil || !strings.Contains(line, "listening") {
 		cmd.Process.Kill()
 		cmd.Wait()
 		t.Fatalf("server did not start (%q, %v); stderr:\n%s", line, err, s.stderr)
 	}
-	go io.Copy(io.Discard, br)
+	go func() {
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if strings.Contains(line, "bloomgate serve: ready") {
+				close(s.ready)
+			}
+		}
+	}()
 	go func() {
 		s.err = cmd.Wait()
 		close(s.done)
@@ -322,7 +332,16 @@ set users {
   confirm SELECT 1 FROM users WHERE email = ?
 }
 `, dbPath))
-	startServe(t, bin, "-config", conf)
+	srv := startServe(t, bin, "-config", conf)
+	// "ready" on stdout comes when /readyz says so, not when it listens.
+	select {
+	case <-srv.ready:
+	case <-time.After(30 * time.Second):
+		t.Fatal(`no "ready" line on stdout within 30 s`)
+	}
+	if resp, err := http.Get("http://" + httpAddr + "/readyz"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf(`/readyz after the "ready" line: %v %v`, resp, err)
+	}
 	rdb := redis.NewClient(&redis.Options{Addr: respAddr, Password: "pw"})
 	defer rdb.Close()
 	for _, tt := range []struct {

@@ -90,8 +90,8 @@ func startInProcess(t *testing.T, preRows int, capacity uint64) *inProcess {
 }
 
 // startFeeder starts another feeder on the set, with a gate of its own; it
-// runs until the test ends.
-func (ip *inProcess) startFeeder(t *testing.T, capacity uint64) {
+// runs until stop or the test's end.
+func (ip *inProcess) startFeeder(t *testing.T, capacity uint64) (stop func()) {
 	t.Helper()
 	g, err := bloomgate.New(bloomgate.Config{Source: ip.pg.Source, Capacity: capacity, Logger: testLogger()})
 	if err != nil {
@@ -105,7 +105,10 @@ func (ip *inProcess) startFeeder(t *testing.T, capacity uint64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { f.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; g.Close() })
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done; g.Close() }) }
+	t.Cleanup(stop)
+	return stop
 }
 
 // instance starts a gate following the set and returns it with the time

@@ -539,7 +539,34 @@ func (s *jsStore) CompareAndPut(ctx context.Context, key string, val []byte, rev
 	return 0, fmt.Errorf("jetstream: %s: %w", key, err)
 }
 
+// objectProbe bounds one request that checks the object store answers
+// before an upload.
+const objectProbe = 2 * time.Second
+
+// PutObject uploads r once the object store answers. Put's first request
+// (the object's info) can go unanswered while the store's stream has no
+// leader yet — a cluster just formed, a leader moving — and would then
+// wait out ctx (the snapshot timeout, a minute) with the upload not
+// started: no instance can join meanwhile. So a short, bounded request is
+// tried first, again at once on failure, until one is answered.
 func (s *jsStore) PutObject(ctx context.Context, name string, r io.Reader) error {
+	wait := 10 * time.Millisecond
+	for {
+		pctx, cancel := context.WithTimeout(ctx, objectProbe)
+		_, err := s.objects.GetInfo(pctx, name)
+		cancel()
+		if err == nil || errors.Is(err, js.ErrObjectNotFound) {
+			break
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("jetstream: object store not answering: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
 	_, err := s.objects.Put(ctx, js.ObjectMeta{Name: name}, r)
 	return err
 }

@@ -473,3 +473,25 @@ func TestRedisKeyRefusesForgeries(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisFeederOutage: both feeders stop while rows are written, past
+// the instances' HeadTimeout + MaxLag, and one starts again from its
+// snapshot, five times: no instance answers "absent" for a row committed
+// more than MaxLag before the lookup, through the outage and the catch-up.
+func TestRedisFeederOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped in -short mode")
+	}
+	set, _, _ := openSet(t)
+	pg := fanouttest.NewPG(t, 10000)
+	a := runFeeder(t, set, pg, "A")
+	g1, _ := instance(t, set, pg)
+	g2, _ := instance(t, set, pg)
+	b := runFeeder(t, set, pg, "B")
+	n := 0
+	fanouttest.Outage(t, fanouttest.OutageConfig{
+		PG: pg, Instances: []*bloomgate.Gate{g1, g2}, Feeders: []func(){a, b},
+		StartFeeder: func() func() { n++; return runFeeder(t, set, pg, fmt.Sprintf("R%d", n)) },
+		Bound:       testMaxLag, Down: 10*testHeartbeat + testMaxLag + 2*time.Second, Up: 3 * time.Second, Cycles: 5,
+	})
+}

@@ -43,8 +43,8 @@ func feedFlags(fs *flag.FlagSet) func() (postgres.FeedConfig, error) {
 	url := fs.String("postgres", os.Getenv("BLOOMGATE_POSTGRES_URL"), "PostgreSQL connection URL (default $BLOOMGATE_POSTGRES_URL)")
 	table := fs.String("table", "", "table holding the keys, optionally schema-qualified (required)")
 	column := fs.String("column", "", "key column (required)")
-	slot := fs.String("slot", "", "replication slot name (default bloomgate_<table>_<column>)")
-	pub := fs.String("publication", "", "publication name (default: the slot name)")
+	slot := fs.String("slot", "", "replication slot name (default bloomgate_<schema>_<table>_<column>, e.g. bloomgate_public_users_email)")
+	pub := fs.String("publication", "", "publication name (default: the slot's name, -slot's when given)")
 	timeout := fs.Duration("timeout", postgres.DefaultTimeout, "bound on each connection attempt and query")
 	return func() (postgres.FeedConfig, error) {
 		if *url == "" || *table == "" || *column == "" {

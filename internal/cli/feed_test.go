@@ -95,6 +95,18 @@ func TestFeedUsage(t *testing.T) {
 	}
 }
 
+// TestFeedHelpDefaultName: -h of feed setup and feed status names the
+// default slot as the feed makes it (schema included).
+func TestFeedHelpDefaultName(t *testing.T) {
+	want := postgres.DefaultName("public.users", "email")
+	for _, sub := range []string{"setup", "status"} {
+		_, _, errOut := run("feed", sub, "-h")
+		if !strings.Contains(errOut, "bloomgate_<schema>_<table>_<column>") || !strings.Contains(errOut, want) {
+			t.Errorf("feed %s -h does not name the default slot %s:\n%s", sub, want, errOut)
+		}
+	}
+}
+
 func TestWALLevelMessage(t *testing.T) {
 	err := postgres.SetupPlan{WALLevel: "replica"}.CheckWALLevel()
 	if !errors.Is(err, postgres.ErrWALLevel) || !strings.Contains(err.Error(), "ALTER SYSTEM SET wal_level = logical") ||

@@ -226,7 +226,25 @@ func serveMain(ctx context.Context, file *serveFile, log *slog.Logger, stdout io
 		}
 		return respSrv.Stats().Connections
 	}, file.MaxMemory)
-	fmt.Fprintln(stdout, "bloomgate serve: ready")
+	// "listening" once the listeners are up; "ready" once every set is,
+	// when /readyz says 200 (at once without table-backed sets).
+	fmt.Fprintln(stdout, "bloomgate serve: listening")
+	readyCtx, stopReady := context.WithCancel(ctx)
+	readyDone := make(chan struct{})
+	defer func() { stopReady(); <-readyDone }()
+	go func() {
+		defer close(readyDone)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for !store.Ready() {
+			select {
+			case <-readyCtx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		fmt.Fprintln(stdout, "bloomgate serve: ready")
+	}()
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

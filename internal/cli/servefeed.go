@@ -10,13 +10,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/fanout"
 	"github.com/bloomgate/bloomgate/fanout/jetstream"
 	"github.com/bloomgate/bloomgate/fanout/redisstream"
 	"github.com/bloomgate/bloomgate/internal/version"
@@ -78,7 +78,6 @@ func openKeeper(ctx context.Context, d setDecl, sc serve.SetConfig, dataDir stri
 			return nil, closers, fmt.Errorf("set %q: %w", d.Name, err)
 		}
 		closers = append(closers, func() { feederGate.Close() })
-		k.source = &headWatch{Feed: feed}
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -105,7 +104,7 @@ func openKeeper(ctx context.Context, d setDecl, sc serve.SetConfig, dataDir stri
 		}
 		k.instance, k.snaps = inst, inst.Snapshots()
 		if feederGate != nil {
-			f, err := set.NewFeeder(jetstream.FeederConfig{Feed: k.source, Gate: feederGate, Follow: follow})
+			f, err := set.NewFeeder(jetstream.FeederConfig{Feed: feed, Gate: feederGate, Follow: follow})
 			if err != nil {
 				return nil, closers, fmt.Errorf("set %q: %w", d.Name, err)
 			}
@@ -128,7 +127,7 @@ func openKeeper(ctx context.Context, d setDecl, sc serve.SetConfig, dataDir stri
 		}
 		k.instance, k.snaps = inst, inst.Snapshots()
 		if feederGate != nil {
-			f, err := set.NewFeeder(redisstream.FeederConfig{Feed: k.source, Gate: feederGate, Follow: follow})
+			f, err := set.NewFeeder(redisstream.FeederConfig{Feed: feed, Gate: feederGate, Follow: follow})
 			if err != nil {
 				return nil, closers, fmt.Errorf("set %q: %w", d.Name, err)
 			}
@@ -206,9 +205,18 @@ func openFeed(ctx context.Context, d setDecl, timeout time.Duration, log *slog.L
 		feed.Close()
 		return nil, fmt.Errorf("set %q: postgres: %w", d.Name, timeoutHint(err, cctx, timeout))
 	}
+	// The advice must make the names this set looks for: its slot names
+	// its publication too unless publication is given.
 	setupCmd := fmt.Sprintf("bloomgate feed setup -postgres URL -table %s -column %s", d.Table, d.Column)
+	if d.Slot != "" {
+		setupCmd += " -slot " + d.Slot
+	}
 	if d.Publication != "" {
 		setupCmd += " -publication " + d.Publication
+	}
+	pubName := feed.Publication()
+	if d.Slot != "" && d.Publication == "" {
+		pubName += " (named after the set's slot; the publication key names another)"
 	}
 	only, notSeen := "rebuild-only", "rows written by others are not seen until a rebuild"
 	if d.Kind == "expiring" {
@@ -224,7 +232,7 @@ func openFeed(ctx context.Context, d setDecl, timeout time.Duration, log *slog.L
 		feed.Close()
 		return nil, fmt.Errorf(`set %q: publication: %s is missing or does not cover %s: run %s -run `+
 			`(as a superuser or the table's owner), or set "follow no" for %s`,
-			d.Name, feed.Publication(), d.Table, setupCmd, only)
+			d.Name, pubName, d.Table, setupCmd, only)
 	}
 	return feed, nil
 }
@@ -265,8 +273,7 @@ type fanoutKeeper struct {
 	instance bloomgate.Feed
 	snaps    bloomgate.SnapshotStore
 	follow   bloomgate.FollowConfig
-	feeder   interface{ Run(context.Context) error } // nil: instance only
-	source   *headWatch                              // the feeder's database feed
+	feeder   *fanout.Feeder // nil: instance only
 	log      *slog.Logger
 }
 
@@ -295,35 +302,16 @@ func (k *fanoutKeeper) Run(ctx context.Context, g *bloomgate.Gate) error {
 	return err
 }
 
-// Role: the feeder while this process's feeder writes heartbeats (it does
-// so only while it holds the lease), else standby, or instance without a
-// feeder.
+// Role: the feeder while this process's feeder holds the lease, else
+// standby, or instance without a feeder.
 func (k *fanoutKeeper) Role() serve.Role {
 	switch {
 	case k.feeder == nil:
 		return serve.RoleInstance
-	case k.source.active():
+	case k.feeder.Leading():
 		return serve.RoleFeeder
 	}
 	return serve.RoleStandby
-}
-
-// headWatch is the feeder's database feed; it notes when the feeder last
-// asked for the database's head, which a feeder does every heartbeat
-// (default 1 s) while, and only while, it holds the lease.
-type headWatch struct {
-	bloomgate.Feed
-	last atomic.Int64 // Unix ns of the last Head
-}
-
-func (h *headWatch) Head(ctx context.Context) (changefeed.Position, error) {
-	h.last.Store(time.Now().UnixNano())
-	return h.Feed.Head(ctx)
-}
-
-// active reports a Head within the last 3 s: three heartbeats.
-func (h *headWatch) active() bool {
-	return time.Since(time.Unix(0, h.last.Load())) < 3*time.Second
 }
 
 // setCollector exports each table-backed set's readiness, mode and role

@@ -31,14 +31,14 @@ type ExpiringInfo struct {
 	NextExpiryUnixMs int64 `json:"next_expiry_unix_ms,omitempty"`
 }
 
-func (a *api) createExpiring(name string, spec FilterSpec) error {
+func (a *api) createExpiring(name string, spec FilterSpec, rate float64) error {
 	if spec.MaxTTLSeconds < 1 || spec.MaxTTLSeconds > math.MaxInt64/int64(time.Second) {
 		return &serve.Error{Code: "bad_argument", Msg: "ERR max_ttl_seconds must be at least 1"}
 	}
 	return a.store.XReserve(name, serve.ExpiringParams{
 		MaxTTL:      time.Duration(spec.MaxTTLSeconds) * time.Second,
 		Capacity:    spec.Capacity,
-		ErrorRate:   spec.ErrorRate,
+		ErrorRate:   rate,
 		Generations: spec.Generations,
 	})
 }

@@ -60,12 +60,15 @@ type Config struct {
 // FilterSpec is the body of PUT /v1/sets/{name}. Zero fields take
 // RedisBloom's defaults (see serve.BloomParams and serve.CuckooParams).
 type FilterSpec struct {
-	Kind       string  `json:"kind"` // "bloom" (default) or "cuckoo"
-	Capacity   uint64  `json:"capacity"`
-	ErrorRate  float64 `json:"error_rate"` // bloom
-	Expansion  int     `json:"expansion"`
-	NonScaling bool    `json:"nonscaling"`  // bloom: never grow
-	BucketSize int     `json:"bucket_size"` // cuckoo
+	Kind     string `json:"kind"` // "bloom" (default) or "cuckoo"
+	Capacity uint64 `json:"capacity"`
+	// ErrorRate is a Bloom or expiring key's error rate, in (0, 1); absent
+	// means the default. A pointer, so that 0 is refused, not taken for
+	// the default.
+	ErrorRate  *float64 `json:"error_rate"`
+	Expansion  int      `json:"expansion"`
+	NonScaling bool     `json:"nonscaling"`  // bloom: never grow
+	BucketSize int      `json:"bucket_size"` // cuckoo
 	// Expiring keys (kind "expiring"): MaxTTLSeconds is required; Capacity
 	// is the adds expected within one max TTL; error_rate defaults to 0.001.
 	MaxTTLSeconds int64 `json:"max_ttl_seconds"`
@@ -173,6 +176,7 @@ var statusOf = map[string]int{
 	"confirm_failed":     http.StatusBadGateway,
 	"no_position":        http.StatusConflict,
 	"bad_position":       http.StatusBadRequest,
+	"log_write":          http.StatusInsufficientStorage, // nothing changed: the log could not take it
 }
 
 func writeServeError(w http.ResponseWriter, err error) {
@@ -301,10 +305,17 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("name")
+	rate := 0.0 // the default
+	if spec.ErrorRate != nil {
+		if rate = *spec.ErrorRate; !(rate > 0 && rate < 1) {
+			writeServeError(w, serve.ErrBadErrorRate)
+			return
+		}
+	}
 	var err error
 	switch strings.ToLower(spec.Kind) {
 	case "", "bloom":
-		p := serve.BloomParams{Capacity: spec.Capacity, ErrorRate: spec.ErrorRate, NonScaling: spec.NonScaling}
+		p := serve.BloomParams{Capacity: spec.Capacity, ErrorRate: rate, NonScaling: spec.NonScaling}
 		if spec.Expansion < 0 {
 			writeError(w, http.StatusBadRequest, "bad_argument", "expansion must be >= 0")
 			return
@@ -318,7 +329,7 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 		p := serve.CuckooParams{Capacity: spec.Capacity, BucketSize: spec.BucketSize, Expansion: spec.Expansion}
 		err = a.store.CFReserve(name, p)
 	case "expiring":
-		err = a.createExpiring(name, spec)
+		err = a.createExpiring(name, spec, rate)
 	default:
 		writeError(w, http.StatusBadRequest, "bad_argument", "kind must be bloom, cuckoo or expiring")
 		return

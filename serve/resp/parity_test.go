@@ -149,3 +149,47 @@ func TestCuckooCounts(t *testing.T) {
 		t.Errorf("CF.ADD after a delete: %v", err)
 	}
 }
+
+// TestCuckooReserveDifferences pins what docs/serve.md says next to
+// CF.RESERVE: BUCKETSIZE 1 is accepted and uses buckets of 2; EXPANSION 3
+// is reported as given; a growing filter has at most 20 sub-filters (RedisBloom's
+// cf-max-expansions allows 32), after which an item that does not fit is
+// refused with "Maximum expansions reached".
+func TestCuckooReserveDifferences(t *testing.T) {
+	rdb, ctx := parityClient(t)
+	info := func(key string) map[string]int64 {
+		t.Helper()
+		v, err := rdb.Do(ctx, "CF.INFO", key).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]int64{}
+		for i := 0; i+1 < len(v); i += 2 {
+			n, _ := v[i+1].(int64)
+			m[v[i].(string)] = n
+		}
+		return m
+	}
+	if err := rdb.Do(ctx, "CF.RESERVE", "c", 4, "BUCKETSIZE", 1, "EXPANSION", 3).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if m := info("c"); m["Bucket size"] != 2 || m["Expansion rate"] != 3 || m["Number of filters"] != 1 {
+		t.Fatalf("CF.INFO after CF.RESERVE c 4 BUCKETSIZE 1 EXPANSION 3: %v", m)
+	}
+	// The same item over and over: each sub-filter takes a few copies, so
+	// the filter grows to its limit quickly.
+	var full string
+	for i := range 1000 {
+		if err := rdb.Do(ctx, "CF.ADD", "c", "same").Err(); err != nil {
+			full = err.Error()
+			t.Logf("CF.ADD %d refused: %s", i+1, full)
+			break
+		}
+	}
+	if full != "Maximum expansions reached" {
+		t.Fatalf("repeated CF.ADD of one item ended with %q, want Maximum expansions reached", full)
+	}
+	if m := info("c"); m["Number of filters"] != 20 {
+		t.Errorf("a full growing filter has %d sub-filters, want 20", m["Number of filters"])
+	}
+}

@@ -36,26 +36,35 @@ func cmdXReserve(c *conn, args [][]byte) {
 		c.w.errorMsg("ERR bad error rate")
 		return
 	}
+	if !(rate > 0 && rate < 1) { // 0 would mean the default
+		c.replyErr(serve.ErrBadErrorRate)
+		return
+	}
 	capacity, ok := parseInt(args[3])
-	if !ok || capacity < 1 {
+	if !ok {
 		c.w.errorMsg("ERR bad capacity")
 		return
 	}
 	ttl, ok := parseInt(args[4])
-	if !ok || ttl < 1 || ttl > int64(maxTTLSeconds) {
+	if !ok || ttl < 1 {
 		c.w.errorMsg("ERR bad max TTL: want whole seconds, at least 1")
 		return
 	}
-	p.ErrorRate, p.Capacity, p.MaxTTL = rate, uint64(capacity), time.Duration(ttl)*time.Second
+	ttl = min(ttl, int64(maxTTLSeconds)) // beyond the store's bound: its check names the range
+	// Out-of-range values go to the store's check, which names the range
+	// (0 and below as 0: capacity has no default).
+	p.ErrorRate, p.Capacity, p.MaxTTL = rate, uint64(max(capacity, 0)), time.Duration(ttl)*time.Second
 	switch {
 	case len(args) == 5:
 	case len(args) == 7 && eqFold(args[5], "GENERATIONS"):
 		g, ok := parseInt(args[6])
-		if !ok || g < 2 || g > 1<<16 {
+		if !ok {
 			c.w.errorMsg("ERR bad generations")
 			return
 		}
-		p.Generations = int(g)
+		// 1 for anything below 2 (0 would mean the default): the store's
+		// check refuses it, naming the range.
+		p.Generations = int(max(min(g, 1<<16), 1))
 	default:
 		c.w.errorMsg("ERR syntax error")
 		return

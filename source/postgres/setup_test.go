@@ -274,3 +274,20 @@ func TestSetupKeepsAppWrites(t *testing.T) {
 		})
 	}
 }
+
+// TestSetupNotesKeyNotInIdentity: the README's quick-start table, keyed by
+// an id primary key with a unique email, gets the note that deletes and
+// key updates are unknown deletes, and the statements that make them exact.
+func TestSetupNotesKeyNotInIdentity(t *testing.T) {
+	fx := newSetupFixture(t, "(id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text UNIQUE)")
+	plan := fx.setup(t, fx.table, postgres.SetupOptions{})
+	notes := strings.Join(plan.Notes, "\n")
+	for _, want := range []string{
+		"replica identity does not include email", "counts an unknown delete toward the rebuild trigger",
+		`ALTER "email" SET NOT NULL`, "REPLICA IDENTITY USING INDEX",
+	} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("setup's notes lack %q:\n%s", want, notes)
+		}
+	}
+}

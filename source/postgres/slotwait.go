@@ -14,14 +14,18 @@ import (
 // silent: watchSlotWait logs, every Timeout while the creation lasts, which
 // sessions it is waiting for.
 
-// slotWaiters lists the oldest sessions holding a transaction ID, those a
-// slot's creation waits for (without pg_read_all_stats, other roles'
-// sessions show without their query).
-const slotWaiters = `SELECT pid, coalesce(datname, ''), coalesce(usename, ''), coalesce(state, ''),
-	extract(epoch FROM now() - xact_start)::float8, left(coalesce(query, ''), 80)
-FROM pg_stat_activity
-WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid() AND backend_type = 'client backend'
-ORDER BY xact_start LIMIT 5`
+// slotWaiters lists the sessions holding a transaction ID, those a slot's
+// creation waits for. They are found in pg_locks (each such transaction
+// holds the lock on its own ID), which every role can read: the role feed
+// setup creates sees no other role's backend_xid, state, transaction start
+// or query in pg_stat_activity (pg_read_all_stats would show them), only
+// its user and database, so those fields are "hidden" for such sessions.
+const slotWaiters = `SELECT l.pid, coalesce(a.datname, ''), coalesce(a.usename, ''), coalesce(a.state, ''),
+	coalesce(extract(epoch FROM now() - a.xact_start)::float8, -1), left(coalesce(a.query, ''), 80)
+FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted AND l.pid <> pg_backend_pid()
+	AND coalesce(a.backend_type, 'client backend') = 'client backend'
+ORDER BY a.xact_start NULLS LAST, l.pid LIMIT 5`
 
 // watchSlotWait logs while a slot's creation runs longer than Timeout,
 // until the returned stop is called.
@@ -64,13 +68,17 @@ func (f *Feed) slotWaiters(ctx context.Context) string {
 		if err := rows.Scan(&pid, &db, &user, &state, &age, &query); err != nil {
 			return "unknown: " + err.Error()
 		}
+		if age < 0 { // another role's session: pg_stat_activity hides the rest
+			out = append(out, fmt.Sprintf("pid %d (%s@%s, state, age and query hidden from this role)", pid, user, db))
+			continue
+		}
 		out = append(out, fmt.Sprintf("pid %d (%s@%s, %s for %.0fs: %q)", pid, user, db, state, age, query))
 	}
 	if err := rows.Err(); err != nil {
 		return "unknown: " + err.Error()
 	}
 	if len(out) == 0 {
-		return "none visible to this role"
+		return "none"
 	}
 	return strings.Join(out, "; ")
 }

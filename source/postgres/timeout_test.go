@@ -14,6 +14,8 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
@@ -152,16 +154,31 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 // TestBootstrapSaysWhatSlotCreationWaitsFor: a session idle in a
 // transaction that wrote something stalls slot creation (PostgreSQL waits
 // for it); the feed logs, within its Timeout, a warning naming that
-// session, and the bootstrap completes once the transaction ends.
+// session, and the bootstrap completes once the transaction ends. As the
+// superuser, and as the role feed setup creates, which sees no other
+// role's transactions in pg_stat_activity.
 func TestBootstrapSaysWhatSlotCreationWaitsFor(t *testing.T) {
-	fx := newFeedFixture(t, "")
+	t.Run("superuser", func(t *testing.T) {
+		fx := newFeedFixture(t, "")
+		slotWaitNamesSession(t, fx.pool, fx.table, fx.cfg)
+	})
+	t.Run("setup role", func(t *testing.T) {
+		fx := newSetupFixture(t, "(id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text UNIQUE)")
+		fx.setup(t, fx.table, postgres.SetupOptions{Role: fx.role})
+		slotWaitNamesSession(t, fx.pool, fx.table, postgres.FeedConfig{ConnString: fx.connString(t, fx.role), Table: fx.table, Column: "email"})
+	})
+}
+
+// slotWaitNamesSession opens a transaction that wrote to table on pool,
+// bootstraps a feed of cfg and wants a warning naming that session's pid.
+func slotWaitNamesSession(t *testing.T, pool *pgxpool.Pool, table string, cfg postgres.FeedConfig) {
 	ctx := context.Background()
-	tx, err := fx.pool.Begin(ctx)
+	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "INSERT INTO "+fx.table+" (email) VALUES ('open@x')"); err != nil {
+	if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (email) VALUES ('open@x')"); err != nil {
 		t.Fatal(err)
 	}
 	var pid int
@@ -175,7 +192,6 @@ func TestBootstrapSaysWhatSlotCreationWaitsFor(t *testing.T) {
 		defer lmu.Unlock()
 		return logs.String()
 	}
-	cfg := fx.cfg
 	cfg.Timeout = 300 * time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(lockedWriter{&lmu, &logs}, nil))
 	f, err := postgres.NewFeed(cfg)

@@ -10,6 +10,17 @@ $redis->connect($host, (int) $port);
 
 const SECRET = 'test-secret';
 
+// bg sends a command and throws on an error reply (phpredis would return false).
+function bg(Redis $redis, ...$args)
+{
+    $redis->clearLastError();
+    $reply = $redis->rawCommand(...$args);
+    if ($reply === false && $redis->getLastError() !== null) {
+        throw new RuntimeException($args[0] . ': ' . $redis->getLastError());
+    }
+    return $reply;
+}
+
 function b64url(string $s): string { return rtrim(strtr(base64_encode($s), '+/', '-_'), '='); }
 
 function issue(string $sub, int $ttl): string
@@ -30,7 +41,7 @@ function verify(Redis $redis, string $jwt): ?array
     if ($claims['exp'] < time()) {
         return null; // expired: no lookup needed
     }
-    if ($redis->rawCommand('BG.XEXISTS', 'revoked', $claims['jti'])) {
+    if (bg($redis, 'BG.XEXISTS', 'revoked', $claims['jti'])) {
         return null; // revoked (or, at 0.1 %, a false positive: the user logs in again)
     }
     return $claims;
@@ -42,8 +53,8 @@ function logout(Redis $redis, string $jwt): void
     [, $body] = explode('.', $jwt);
     $claims = json_decode(base64_decode(strtr($body, '-_', '+/')), true);
     try {
-        $redis->rawCommand('BG.XADD', 'revoked', $claims['jti'], 'EXAT', $claims['exp']);
-    } catch (RedisException $e) {
+        bg($redis, 'BG.XADD', 'revoked', $claims['jti'], 'EXAT', $claims['exp']);
+    } catch (RuntimeException $e) {
         if (strpos($e->getMessage(), 'in the past') === false) {
             throw $e; // "expiry is in the past": the token expired meanwhile, nothing to revoke
         }
