@@ -109,7 +109,7 @@ func startPostgresFront(ctx context.Context, file *serveFile, store *serve.Store
 			return nil, closeAll, fmt.Errorf("set %q: answer: postgres: %w", d.Name, err)
 		}
 		closers = append(closers, pool.Close)
-		read := func(ctx context.Context) (changefeed.Position, error) { return postgres.WALInsertPosition(ctx, pool) }
+		read := func(ctx context.Context) (changefeed.Position, error) { return postgres.WritePosition(ctx, pool) }
 		for _, sql := range d.Answers {
 			if _, err := pgwire.ParseTemplate(sql, d.Table, d.Column); err != nil {
 				return nil, closeAll, fmt.Errorf("set %q: answer %q: %w", d.Name, sql, err)

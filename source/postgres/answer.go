@@ -5,21 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/bloomgate/bloomgate/changefeed"
 )
-
-// WALInsertPosition returns pg_current_wal_insert_lsn(): every transaction
-// committed before the call ends at or before it. A change feed whose
-// applied position has reached it has seen every such transaction (the
-// PostgreSQL front end of bloomgate serve answers "no row" only then).
-func WALInsertPosition(ctx context.Context, pool *pgxpool.Pool) (changefeed.Position, error) {
-	var s string
-	if err := pool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
-		return 0, fmt.Errorf("postgres: WAL insert position: %w", err)
-	}
-	return changefeed.ParsePosition(s)
-}
 
 // Text types a key column may have for a statement answered from a set:
 // their equality is byte equality of the text under a deterministic
