@@ -17,6 +17,7 @@ func TestParseTemplate(t *testing.T) {
 		`SELECT "id" FROM "users" WHERE "email" = $1 -- comment`,
 		"SELECT id FROM users WHERE (status = 'a' AND kind <> 'b') AND email = $1 OFFSET 0",
 		"SELECT DISTINCT id FROM users WHERE email = $1 /* a /* nested */ comment */",
+		"SELECT id FROM users WHERE status IN ('a', 'b') AND email = $1 AND deleted_at IS NOT NULL",
 	}
 	for _, s := range ok {
 		if _, err := ParseTemplate(s, "users", "email"); err != nil {
