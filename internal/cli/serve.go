@@ -173,7 +173,7 @@ func serveMain(ctx context.Context, file *serveFile, log *slog.Logger, stdout io
 
 	var respSrv *resp.Server
 	var httpSrv *http.Server
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	if file.RESP != "" {
 		respSrv, err = resp.New(resp.Config{
 			Store: store, Password: file.Password, TLSConfig: tlsConfig, MaxConns: file.MaxClients,
@@ -212,6 +212,11 @@ func serveMain(ctx context.Context, file *serveFile, log *slog.Logger, stdout io
 			}
 		}()
 		log.Info("serving HTTP", "addr", ln.Addr().String())
+	}
+	pgSrv, closePG, err := startPostgresFront(ctx, file, store, reg, log, errc)
+	defer closePG()
+	if err != nil {
+		return err
 	}
 	memCtx, stopMem := context.WithCancel(ctx)
 	defer stopMem()
@@ -253,6 +258,9 @@ func serveMain(ctx context.Context, file *serveFile, log *slog.Logger, stdout io
 	}
 	if httpSrv != nil {
 		httpSrv.Shutdown(sctx)
+	}
+	if pgSrv != nil {
+		pgSrv.Shutdown(sctx)
 	}
 	if err := store.Close(); err != nil {
 		return fmt.Errorf("final snapshot: %w", err)

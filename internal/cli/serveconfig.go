@@ -53,6 +53,7 @@ type serveFile struct {
 	HTTPReadHeaderTimeout      time.Duration
 	HTTPIdleTimeout            time.Duration
 	TLSCertFile, TLSKeyFile    string
+	Postgres                   postgresFrontDecl // the PostgreSQL front end (servepg.go)
 	Sets                       []setDecl
 	given                      map[string]bool // the top-level keys the file wrote, "" values included
 }
@@ -88,6 +89,10 @@ type setDecl struct {
 	Redis    string // redis:// or rediss:// URL
 	KeyFile  string // fanout-key-file: the shared MAC key (fanout Config.Key)
 	Unsigned bool   // fanout-unsigned yes: no key, the servers' permissions only
+
+	// Answers are the statements the PostgreSQL front end answers from
+	// the set ("answer", which may be repeated).
+	Answers []string
 }
 
 // natsDecl is how a set reaches NATS, as nats.go takes it.
@@ -148,7 +153,7 @@ func parseServeFile(r io.Reader) (*serveFile, error) {
 			f.Sets = append(f.Sets, *set)
 			set = nil
 		case set != nil:
-			if prev, dup := setSeen[key]; dup {
+			if prev, dup := setSeen[key]; dup && key != "answer" {
 				return nil, fmt.Errorf("line %d: %s given twice in set %q (first on line %d)", n, key, set.Name, prev)
 			}
 			setSeen[key] = n
@@ -195,6 +200,9 @@ func parseServeFile(r io.Reader) (*serveFile, error) {
 			return nil, fmt.Errorf("line %s: set %q: %w", f.Sets[i].Line, f.Sets[i].Name, err)
 		}
 	}
+	if err := f.Postgres.check(f.Sets); err != nil {
+		return nil, err
+	}
 	return f, nil
 }
 
@@ -234,6 +242,8 @@ func (s *setDecl) check() error {
 		return errors.New("fanout-unsigned: give fanout")
 	case s.Fanout != "" && s.KeyFile != "" && s.Unsigned:
 		return errors.New(`fanout-key-file and "fanout-unsigned yes" contradict each other: give one`)
+	case len(s.Answers) > 0 && (s.Postgres == "" || !s.Follow || s.Kind == "expiring"):
+		return errors.New("answer: the PostgreSQL front end answers only from a set that follows a PostgreSQL table's change feed (postgres, follow yes, not expiring)")
 	case s.Fanout != "" && s.KeyFile == "" && !s.Unsigned:
 		// Without a key, anyone who may write the stream can append a
 		// message instances cannot tell from the feeder's: a forged
@@ -290,6 +300,8 @@ func (f *serveFile) apply(l confLine) error {
 		f.TLSCertFile = l.value
 	case "tls-key-file":
 		f.TLSKeyFile = l.value
+	case "postgres-listen", "postgres-upstream", "postgres-maxclients", "postgres-max-message-size", "postgres-position-wait":
+		return f.Postgres.apply(l)
 	default:
 		return fmt.Errorf("line %d: unknown key %q", l.n, l.key)
 	}
@@ -384,6 +396,11 @@ func (s *setDecl) apply(l confLine) error {
 		s.Redis = l.value
 	case "fanout-unsigned":
 		s.Unsigned, err = l.yesNo()
+	case "answer":
+		if l.value == "" {
+			return l.errorf("want a statement such as \"SELECT id FROM users WHERE email = $1\"")
+		}
+		s.Answers = append(s.Answers, l.value)
 	case "fanout-key-file":
 		if l.value == "" {
 			return l.errorf("want the path of a file holding the key")

@@ -1,0 +1,521 @@
+package pgwire
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bloomgate/bloomgate/changefeed"
+)
+
+// Set is what the front end needs of a table-backed set (*serve.Set is
+// one). Its methods must be safe for concurrent use and must not block.
+type Set interface {
+	// Ready reports whether the set's filter is authoritative.
+	Ready() bool
+	// Position is the change-feed position the filter reflects.
+	Position() changefeed.Position
+	// MayContainAt reports false only if key is definitely absent as of
+	// pos (with pos 0: as of the feed's lag check).
+	MayContainAt(key []byte, pos changefeed.Position) bool
+}
+
+// Statement is a statement a set answers: when a client sends it with a key
+// the set's filter says is definitely absent, the front end answers "no
+// rows" itself.
+type Statement struct {
+	// SetName names the set in metrics, logs and errors. Required.
+	SetName string
+	// SQL is the statement, with the key as $1. Required; checked by
+	// ParseTemplate against Table and Column.
+	SQL string
+	// Table and Column are the set's table and key column. Required.
+	Table, Column string
+	// Database is the database the set's table is in: sessions connected
+	// to another database are never answered locally. Required.
+	Database string
+	// ParamOID is the type of $1 as the database infers it (text or
+	// varchar), for a Describe of the statement answered locally. Default:
+	// 0, such a Describe is forwarded.
+	ParamOID uint32
+	// Set is the set. Required.
+	Set Set
+	// ReadPosition reads the database's WAL insert position
+	// (pg_current_wal_insert_lsn()) on a connection of the set's own; the
+	// front end calls it at most once at a time per set and shares each
+	// read among the queries that arrived before it started. Required.
+	ReadPosition func(ctx context.Context) (changefeed.Position, error)
+}
+
+// Config configures a Server. The zero value of every field but Upstream
+// means its default.
+type Config struct {
+	// Upstream is the PostgreSQL server's host:port that sessions are
+	// relayed to. Required.
+	Upstream string
+	// Statements are the statements answered locally. Default: none (a
+	// plain relay).
+	Statements []Statement
+	// MaxConns bounds client connections; one more gets PostgreSQL's
+	// "sorry, too many clients already" and is closed. Default: 1000.
+	MaxConns int
+	// MaxMessageSize bounds one client message's body in bytes; a larger
+	// one gets an error and the connection is closed. Default: 64 MiB.
+	MaxMessageSize int
+	// StartupTimeout bounds the startup packet and the authentication
+	// exchange. Default: 10 s.
+	StartupTimeout time.Duration
+	// DialTimeout bounds connecting to Upstream. Default: 5 s.
+	DialTimeout time.Duration
+	// PositionWait is how long a query that could be answered locally
+	// waits for its set to apply the WAL insert position read after it
+	// arrived, before it is forwarded (reason "lag"). Default: 100 ms.
+	PositionWait time.Duration
+	// PositionTimeout bounds one read of the insert position; a read that
+	// fails or times out forwards its queries (reason "position_error").
+	// Default: 1 s.
+	PositionTimeout time.Duration
+	// Logger receives errors and a line per refused connection. Default:
+	// discard.
+	Logger *slog.Logger
+	// Registerer receives the metrics (bloomgate_pgwire_*). Default: none.
+	Registerer prometheus.Registerer
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxConns        = 1000
+	DefaultMaxMessageSize  = 64 << 20
+	DefaultStartupTimeout  = 10 * time.Second
+	DefaultDialTimeout     = 5 * time.Second
+	DefaultPositionWait    = 100 * time.Millisecond
+	DefaultPositionTimeout = time.Second
+)
+
+// Reasons a statement that could be answered locally was forwarded (the
+// reason label of bloomgate_pgwire_forwarded_total).
+const (
+	ReasonNotReady      = "not_ready"      // the set is not ready
+	ReasonPresent       = "present"        // the filter says the key may be present
+	ReasonLag           = "lag"            // the set did not reach the insert position within PositionWait
+	ReasonPositionError = "position_error" // reading the insert position failed
+	ReasonTransaction   = "transaction"    // the session is in a transaction block
+	ReasonNotLearned    = "not_learned"    // the statement's result shape is not known yet (learned from its first forward)
+	ReasonSession       = "session"        // the session's settings (search_path, role, encoding) rule it out
+	ReasonBatch         = "batch"          // it came in a batch with other work, or pipelined behind it
+	ReasonKey           = "key"            // the key is NULL, not text, or invalid UTF-8
+)
+
+// ErrClosed is returned by Serve after Shutdown.
+var ErrClosed = errors.New("pgwire: server closed")
+
+// stmtRuntime is a Statement ready to be matched.
+type stmtRuntime struct {
+	Statement
+	tmpl   *Template
+	label  string // the statement's number within its set, for metrics
+	reader *positionReader
+	local  prometheus.Counter
+	fwd    *prometheus.CounterVec // by reason
+}
+
+// Server relays PostgreSQL sessions and answers configured statements for
+// absent keys. It is safe for concurrent use.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	stmts []*stmtRuntime
+	cache learnedCache
+
+	mu       sync.Mutex
+	ln       net.Listener
+	sessions map[*session]struct{}
+	keys     map[uint32]*session // BackendKeyData process ID we gave → session
+	closed   bool
+	wg       sync.WaitGroup
+
+	conns, connsTotal, rejected atomic.Int64
+}
+
+// New checks cfg and returns a Server. Each Statement is checked by
+// ParseTemplate; the error names the set and the statement.
+func New(cfg Config) (*Server, error) {
+	if cfg.Upstream == "" {
+		return nil, errors.New("pgwire: Upstream is required")
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.MaxMessageSize == 0 {
+		cfg.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if cfg.StartupTimeout == 0 {
+		cfg.StartupTimeout = DefaultStartupTimeout
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.PositionWait == 0 {
+		cfg.PositionWait = DefaultPositionWait
+	}
+	if cfg.PositionTimeout == 0 {
+		cfg.PositionTimeout = DefaultPositionTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxConns < 0 || cfg.MaxMessageSize < 0 || cfg.PositionWait < 0 {
+		return nil, errors.New("pgwire: MaxConns, MaxMessageSize and PositionWait must not be negative")
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, sessions: map[*session]struct{}{}, keys: map[uint32]*session{}}
+	s.cache.m = map[cacheKey]*learned{}
+	local := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bloomgate_pgwire_answered_total",
+		Help: "Statements the PostgreSQL front end answered itself (the key definitely absent), by set and statement number.",
+	}, []string{"set", "statement"})
+	fwd := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bloomgate_pgwire_forwarded_total",
+		Help: "Configured statements the PostgreSQL front end forwarded to the database, by set, statement number and reason.",
+	}, []string{"set", "statement", "reason"})
+	readers := map[string]*positionReader{}
+	perSet := map[string]int{}
+	for i, st := range cfg.Statements {
+		if st.SetName == "" || st.Set == nil || st.ReadPosition == nil || st.Database == "" {
+			return nil, fmt.Errorf("pgwire: statement %d: SetName, Set, ReadPosition and Database are required", i+1)
+		}
+		tmpl, err := ParseTemplate(st.SQL, st.Table, st.Column)
+		if err != nil {
+			return nil, fmt.Errorf("set %q: answer %q: %w", st.SetName, st.SQL, err)
+		}
+		r := readers[st.SetName]
+		if r == nil {
+			read := st.ReadPosition
+			timeout := cfg.PositionTimeout
+			r = &positionReader{read: func(ctx context.Context) (changefeed.Position, error) {
+				ctx, cancel := context.WithTimeout(ctx, timeout)
+				defer cancel()
+				return read(ctx)
+			}}
+			readers[st.SetName] = r
+		}
+		perSet[st.SetName]++
+		label := strconv.Itoa(perSet[st.SetName])
+		rt := &stmtRuntime{Statement: st, tmpl: tmpl, label: label, reader: r,
+			local: local.WithLabelValues(st.SetName, label),
+			fwd:   fwd.MustCurryWith(prometheus.Labels{"set": st.SetName, "statement": label})}
+		s.stmts = append(s.stmts, rt)
+	}
+	if cfg.Registerer != nil {
+		gauge := func(name, help string, f func() float64) prometheus.Collector {
+			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+		}
+		counter := func(name, help string, f func() float64) prometheus.Collector {
+			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
+		}
+		for _, c := range []prometheus.Collector{local, fwd,
+			gauge("bloomgate_pgwire_connections", "Open PostgreSQL front-end connections.", func() float64 { return float64(s.conns.Load()) }),
+			counter("bloomgate_pgwire_connections_total", "Accepted PostgreSQL front-end connections.", func() float64 { return float64(s.connsTotal.Load()) }),
+			counter("bloomgate_pgwire_rejected_connections_total", "Connections refused by the connection limit.", func() float64 { return float64(s.rejected.Load()) }),
+		} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("pgwire: metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
+}
+
+// Serve accepts connections on ln until Shutdown, and returns ErrClosed
+// then (or the listener's error).
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrClosed
+	}
+	s.ln = ln
+	s.mu.Unlock()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return ErrClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			return err
+		}
+		s.connsTotal.Add(1)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.handle(c)
+		}()
+	}
+}
+
+// Shutdown stops accepting, closes the sessions that await no answer
+// (as PostgreSQL's fast shutdown, an idle transaction is rolled back by
+// the upstream), waits for the others to end until ctx is done, then closes
+// those left. It may be called more than once.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	for ss := range s.sessions {
+		ss.mu.Lock()
+		idle := ss.idleLocked()
+		ss.mu.Unlock()
+		if idle {
+			ss.close()
+		}
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	for ss := range s.sessions {
+		ss.close()
+	}
+	s.mu.Unlock()
+	<-done
+	return ctx.Err()
+}
+
+// Addr returns the listener's address (nil before Serve).
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// fatal sends a FATAL ErrorResponse and nothing else.
+func fatal(c net.Conn, code, msg string) {
+	b, err := (&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: code, Message: msg}).Encode(nil)
+	if err == nil {
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		c.Write(b)
+	}
+}
+
+func (s *Server) handle(c net.Conn) {
+	defer c.Close()
+	n := s.conns.Add(1)
+	defer s.conns.Add(-1)
+	c.SetDeadline(time.Now().Add(s.cfg.StartupTimeout))
+	be := pgproto3.NewBackend(c, c)
+	var startup *pgproto3.StartupMessage
+	for startup == nil {
+		msg, err := be.ReceiveStartupMessage()
+		if err != nil {
+			fatal(c, "08P01", "invalid startup packet: "+err.Error())
+			return
+		}
+		switch m := msg.(type) {
+		case *pgproto3.SSLRequest, *pgproto3.GSSEncRequest:
+			// TLS from clients is not supported yet: 'N' makes a client
+			// with sslmode=prefer continue in plain text, and one with
+			// sslmode=require give up, as against a server without SSL.
+			if _, err := c.Write([]byte{'N'}); err != nil {
+				return
+			}
+		case *pgproto3.CancelRequest:
+			s.cancel(m)
+			return
+		case *pgproto3.StartupMessage:
+			startup = m
+		}
+	}
+	if n > int64(s.cfg.MaxConns) {
+		s.rejected.Add(1)
+		fatal(c, "53300", "sorry, too many clients already")
+		return
+	}
+	ss := newSession(s, c, be, startup)
+	if !s.track(ss) {
+		fatal(c, "57P01", "terminating connection due to administrator command")
+		return
+	}
+	defer s.untrack(ss)
+	ss.run()
+}
+
+func (s *Server) track(ss *session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.sessions[ss] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.sessions, ss)
+	if ss.fakePID != 0 && s.keys[ss.fakePID] == ss {
+		delete(s.keys, ss.fakePID)
+	}
+}
+
+// issueKey gives ss a BackendKeyData of ours in place of the upstream's, so
+// that a cancel request from its client can be routed to the right backend.
+func (s *Server) issueKey(ss *session, upstream *pgproto3.BackendKeyData) *pgproto3.BackendKeyData {
+	secret := make([]byte, max(len(upstream.SecretKey), 4))
+	rand.Read(secret)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var pid uint32
+	for {
+		var b [4]byte
+		rand.Read(b[:])
+		pid = binary.BigEndian.Uint32(b[:]) & 0x7fffffff
+		if _, used := s.keys[pid]; pid != 0 && !used {
+			break
+		}
+	}
+	ss.fakePID, ss.fakeSecret = pid, secret
+	ss.upPID, ss.upSecret = upstream.ProcessID, append([]byte(nil), upstream.SecretKey...)
+	s.keys[pid] = ss
+	return &pgproto3.BackendKeyData{ProcessID: pid, SecretKey: secret}
+}
+
+// cancel forwards a cancel request to the backend of the session it names.
+// As PostgreSQL, it answers nothing either way.
+func (s *Server) cancel(m *pgproto3.CancelRequest) {
+	s.mu.Lock()
+	ss := s.keys[m.ProcessID]
+	s.mu.Unlock()
+	if ss == nil || subtle.ConstantTimeCompare(ss.fakeSecret, m.SecretKey) != 1 {
+		return
+	}
+	c, err := net.DialTimeout("tcp", s.cfg.Upstream, s.cfg.DialTimeout)
+	if err != nil {
+		s.log.Warn("pgwire: cancel request: upstream", "err", err)
+		return
+	}
+	defer c.Close()
+	b, err := (&pgproto3.CancelRequest{ProcessID: ss.upPID, SecretKey: ss.upSecret}).Encode(nil)
+	if err == nil {
+		c.SetDeadline(time.Now().Add(s.cfg.DialTimeout))
+		c.Write(b)
+		// PostgreSQL closes the connection once it has read the request.
+		c.Read(make([]byte, 1))
+	}
+}
+
+// decide reports why key must be forwarded, or "" when it is definitely
+// absent as of a WAL insert position read after the query arrived.
+func (s *Server) decide(ctx context.Context, st *stmtRuntime, key string) string {
+	if !st.Set.Ready() {
+		return ReasonNotReady
+	}
+	kb := []byte(key)
+	if st.Set.MayContainAt(kb, 0) {
+		return ReasonPresent
+	}
+	pos, err := st.reader.after(ctx)
+	if err != nil {
+		return ReasonPositionError
+	}
+	if st.Set.Position() < pos {
+		deadline := time.Now().Add(s.cfg.PositionWait)
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for st.Set.Position() < pos {
+			if time.Now().After(deadline) {
+				return ReasonLag
+			}
+			select {
+			case <-ctx.Done():
+				return ReasonLag
+			case <-t.C:
+			}
+		}
+	}
+	if st.Set.MayContainAt(kb, pos) {
+		if st.Set.Position() < pos || !st.Set.Ready() {
+			return ReasonLag
+		}
+		return ReasonPresent
+	}
+	return ""
+}
+
+// learnedCache holds, per database, role and statement, the result shape
+// the upstream described, once a forwarded execution of the statement
+// succeeded for that role. It is dropped on DDL passing through and on the
+// upstream's "cached plan must not change result type".
+type learnedCache struct {
+	mu  sync.Mutex
+	m   map[cacheKey]*learned
+	gen uint64 // counts clears: a shape described before one is stale
+}
+
+type cacheKey struct {
+	db, user string
+	stmt     int
+}
+
+type learned struct {
+	row *pgproto3.RowDescription // formats all text
+	gen uint64                   // the cache's generation when it was described
+}
+
+func (c *learnedCache) get(k cacheKey) *learned {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[k]
+}
+
+func (c *learnedCache) put(k cacheKey, l *learned) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.gen != c.gen {
+		return // described before DDL passed through
+	}
+	c.m[k] = l
+}
+
+func (c *learnedCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.m)
+	c.gen++
+}
+
+func (c *learnedCache) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}

@@ -1,0 +1,288 @@
+package pgwire
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
+)
+
+// tableSet is a set kept in step with a test's table by the test itself
+// (keys are added before their rows commit, as BF.ADD before commit), with
+// a position and readiness the test sets.
+type tableSet struct {
+	mu      sync.Mutex
+	keys    map[string]bool
+	lagging atomic.Bool
+	ready   atomic.Bool
+}
+
+func (s *tableSet) Ready() bool { return s.ready.Load() }
+func (s *tableSet) Position() changefeed.Position {
+	if s.lagging.Load() {
+		return 0
+	}
+	return ^changefeed.Position(0)
+}
+func (s *tableSet) MayContainAt(key []byte, pos changefeed.Position) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.keys[string(key)] || pos > s.Position() || !s.Ready()
+}
+func (s *tableSet) add(k string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys[k] = true
+}
+
+type frontEnd struct {
+	srv   *Server
+	set   *tableSet
+	reg   *prometheus.Registry
+	front string // DSN through the front end
+	dsn   string // DSN straight to PostgreSQL
+	table string
+}
+
+// newFrontEnd serves a front end over the shared PostgreSQL with one set
+// over a table of this test's.
+func newFrontEnd(t *testing.T) *frontEnd {
+	t.Helper()
+	dsn := testsvc.Postgres(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close(ctx) })
+	b := make([]byte, 4)
+	rand.Read(b)
+	table := "pgwire_" + hex.EncodeToString(b)
+	if _, err := admin.Exec(ctx, "CREATE TABLE "+table+" (email text PRIMARY KEY, n int)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Exec(ctx, "DROP TABLE "+table) })
+	set := &tableSet{keys: map[string]bool{}}
+	set.ready.Store(true)
+	for i := range 100 {
+		k := fmt.Sprintf("k%d", i)
+		set.add(k)
+		admin.Exec(ctx, "INSERT INTO "+table+" VALUES ($1, $2)", k, i)
+	}
+	cfg := admin.Config()
+	var mu sync.Mutex
+	reg := prometheus.NewRegistry()
+	srv, err := New(Config{
+		Upstream: net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)),
+		Statements: []Statement{{SetName: "s", SQL: "SELECT email, n FROM " + table + " WHERE email = $1", Table: table, Column: "email",
+			Database: cfg.Database, ParamOID: 25, Set: set, ReadPosition: func(ctx context.Context) (changefeed.Position, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				var s string
+				if err := admin.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
+					return 0, err
+				}
+				return changefeed.ParsePosition(s)
+			}}},
+		Registerer: reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	front := strings.Replace(dsn, net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)), ln.Addr().String(), 1)
+	if front == dsn {
+		t.Fatalf("cannot point %s at the front end", dsn)
+	}
+	return &frontEnd{srv: srv, set: set, reg: reg, front: front, dsn: dsn, table: table}
+}
+
+func (f *frontEnd) count(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || lp.GetName() == labels[i] && lp.GetValue() == labels[i+1]
+				}
+				if !found {
+					continue metrics
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+// TestConcurrentSessions: sessions in every pgx mode, with pipelined
+// batches, concurrently, see the rows the table holds; absent keys are
+// answered locally; run under -race in CI.
+func TestConcurrentSessions(t *testing.T) {
+	f := newFrontEnd(t)
+	ctx := context.Background()
+	q := "SELECT email, n FROM " + f.table + " WHERE email = $1"
+	modes := []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol}
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg, _ := pgx.ParseConfig(f.front)
+			cfg.DefaultQueryExecMode = modes[w%len(modes)]
+			c, err := pgx.ConnectConfig(ctx, cfg)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close(ctx)
+			for i := range 60 {
+				present := fmt.Sprintf("k%d", (i*7+w)%100)
+				absent := fmt.Sprintf("absent-%d-%d", w, i)
+				// A key added now, by this session, outside a transaction.
+				mine := fmt.Sprintf("mine-%d-%d", w, i)
+				f.set.add(mine)
+				if _, err := c.Exec(ctx, "INSERT INTO "+f.table+" VALUES ($1, $2)", mine, i); err != nil {
+					t.Error(err)
+					return
+				}
+				batch := &pgx.Batch{}
+				for _, k := range []string{present, absent, mine, absent + "x", present} {
+					batch.Queue(q, k)
+				}
+				br := c.SendBatch(ctx, batch)
+				for j, want := range []int{1, 0, 1, 0, 1} {
+					rows, _ := br.Query()
+					got := 0
+					for rows.Next() {
+						got++
+					}
+					if err := rows.Err(); err != nil || got != want {
+						t.Errorf("worker %d (%v) query %d: %d rows, %v; want %d", w, cfg.DefaultQueryExecMode, j, got, err, want)
+					}
+				}
+				if err := br.Close(); err != nil {
+					t.Error(err)
+				}
+				var n int
+				err := c.QueryRow(ctx, q, absent).Scan(new(string), &n)
+				if err != pgx.ErrNoRows {
+					t.Errorf("absent key: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := f.count(t, "bloomgate_pgwire_answered_total"); n < 100 {
+		t.Errorf("%v lookups answered locally", n)
+	}
+	t.Logf("answered %v, forwarded %v", f.count(t, "bloomgate_pgwire_answered_total"), f.count(t, "bloomgate_pgwire_forwarded_total"))
+}
+
+// TestForwardReasons: a set not ready, or behind the insert position, has
+// every lookup forwarded, counted by reason.
+func TestForwardReasons(t *testing.T) {
+	f := newFrontEnd(t)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, f.front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	q := "SELECT email, n FROM " + f.table + " WHERE email = $1"
+	lookup := func(k string) {
+		t.Helper()
+		if err := c.QueryRow(ctx, q, k).Scan(new(string), new(int)); err != pgx.ErrNoRows {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+	lookup("a") // learns the shape
+	lookup("b")
+	if n := testutil.ToFloat64(f.srv.stmts[0].local); n != 1 {
+		t.Fatalf("answered %v, want 1", n)
+	}
+	f.set.lagging.Store(true)
+	lookup("c")
+	f.set.lagging.Store(false)
+	f.set.ready.Store(false)
+	lookup("d")
+	f.set.ready.Store(true)
+	tx, _ := c.Begin(ctx)
+	if err := tx.QueryRow(ctx, q, "e").Scan(new(string), new(int)); err != pgx.ErrNoRows {
+		t.Fatal(err)
+	}
+	tx.Rollback(ctx)
+	lookup("k1x")
+	// SHOW leaves the session answerable; SET search_path does not.
+	if _, err := c.Exec(ctx, "SHOW search_path"); err != nil {
+		t.Fatal(err)
+	}
+	lookup("f")
+	if _, err := c.Exec(ctx, "SET search_path = public"); err != nil {
+		t.Fatal(err)
+	}
+	lookup("g")
+	for reason, want := range map[string]float64{ReasonNotLearned: 1, ReasonLag: 1, ReasonNotReady: 1, ReasonTransaction: 1, ReasonSession: 1} {
+		if got := f.count(t, "bloomgate_pgwire_forwarded_total", "reason", reason); got != want {
+			t.Errorf("forwarded for %s: %v, want %v", reason, got, want)
+		}
+	}
+	if n := testutil.ToFloat64(f.srv.stmts[0].local); n != 3 {
+		t.Errorf("answered %v, want 3", n)
+	}
+}
+
+// TestShutdownClosesIdleSessions: Shutdown ends idle sessions at once
+// instead of waiting for clients that keep their connections open.
+func TestShutdownClosesIdleSessions(t *testing.T) {
+	f := newFrontEnd(t)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, f.front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if err := c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := f.srv.Shutdown(sctx); err != nil {
+		t.Fatalf("Shutdown: %v (an idle session kept it waiting)", err)
+	}
+	if err := c.Ping(ctx); err == nil {
+		t.Error("the idle session still answers after Shutdown")
+	}
+	if err := f.srv.Shutdown(ctx); err != nil {
+		t.Errorf("a second Shutdown: %v", err)
+	}
+}

@@ -1,0 +1,1018 @@
+package pgwire
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// A session relays one client connection to its own upstream connection.
+//
+// Two goroutines: run reads the client and writes the upstream (and answers
+// locally); relay reads the upstream and writes the client. Every message
+// forwarded upstream that the server answers pushes an expectation on a
+// queue, in order; relay pops them as the answers arrive, which tells it
+// which answer belongs to which statement (to learn result shapes) and
+// tells run when nothing is outstanding: only then, with the session idle
+// outside a transaction block, may a batch be answered locally, so that
+// local answers never overtake the upstream's.
+//
+// Lock order: mu, then cmu.
+type session struct {
+	srv     *Server
+	client  net.Conn
+	cr      *pgproto3.Backend // reads the client
+	startup *pgproto3.StartupMessage
+	db      string
+	user    string
+
+	up  net.Conn
+	ur  *pgproto3.Frontend // reads the upstream
+	uw  *bufio.Writer      // writes the upstream (run only)
+	cmu sync.Mutex         // guards cw
+	cw  *pgproto3.Backend  // writes the client
+
+	fakePID             uint32
+	fakeSecret          []byte
+	upPID               uint32
+	upSecret            []byte
+	closeOnce           sync.Once
+	stmts               map[string]*stmtInfo // run only
+	batch               []clientMsg          // run only: extended-protocol messages up to Sync
+	batchBytes          int
+	passthrough         bool // run only: forward until Sync (after a Flush or an oversized batch)
+	startupParamTainted bool
+
+	mu       sync.Mutex
+	queue    []expect
+	txStatus byte
+	copyIn   bool // an extended COPY FROM STDIN is under way: its Syncs get no answer
+	tainted  bool // search_path or role changed: never answer locally
+	params   map[string]string
+	staged   map[int]*learned // result shapes described in this session, not yet seen to run
+	idleWait chan struct{}
+}
+
+// stmtInfo is a prepared statement as the client sees it.
+type stmtInfo struct {
+	query    string
+	oids     []uint32
+	tmpl     int  // index in srv.stmts, -1 when not a configured statement
+	upstream bool // the upstream has it prepared with this text
+}
+
+type clientMsg struct {
+	raw []byte
+	msg pgproto3.FrontendMessage // a decoded copy owning its memory
+}
+
+// expect is an answer the upstream owes for a forwarded message.
+type expect struct {
+	kind    byte // the client message's type: P B D E C S H Q F, or 'c' for the end of a COPY
+	tmpl    int  // configured statement, -1 if none
+	swallow bool // a Parse we injected: its ParseComplete is not the client's
+	stmt    bool // Describe of a statement (ParameterDescription first)
+}
+
+// noAnswer reports whether the upstream sends nothing for an expectation.
+func (e expect) noAnswer() bool { return e.kind == 'H' || e.kind == 'c' }
+
+// maxBatchBytes bounds the extended-protocol messages held back until their
+// Sync; a larger batch is forwarded as it comes.
+const maxBatchBytes = 1 << 20
+
+func newSession(srv *Server, c net.Conn, be *pgproto3.Backend, startup *pgproto3.StartupMessage) *session {
+	ss := &session{srv: srv, client: c, cr: be, startup: startup, cw: be,
+		stmts: map[string]*stmtInfo{}, params: map[string]string{}, staged: map[int]*learned{}}
+	be.SetMaxBodyLen(srv.cfg.MaxMessageSize)
+	ss.user = startup.Parameters["user"]
+	ss.db = startup.Parameters["database"]
+	if ss.db == "" {
+		ss.db = ss.user
+	}
+	for k, v := range startup.Parameters {
+		switch k {
+		case "user", "database", "application_name", "client_encoding", "datestyle", "DateStyle",
+			"timezone", "TimeZone", "extra_float_digits", "fallback_application_name":
+		case "options":
+			if v != "" {
+				ss.startupParamTainted = true
+			}
+		default:
+			// search_path, role and any other setting given at startup
+			// may change what a statement means.
+			ss.startupParamTainted = true
+		}
+	}
+	return ss
+}
+
+func (ss *session) close() {
+	ss.closeOnce.Do(func() {
+		ss.client.Close()
+		if ss.up != nil {
+			ss.up.Close()
+		}
+	})
+}
+
+func (ss *session) run() {
+	defer ss.close()
+	srv := ss.srv
+	up, err := net.DialTimeout("tcp", srv.cfg.Upstream, srv.cfg.DialTimeout)
+	if err != nil {
+		srv.log.Warn("pgwire: upstream unreachable", "err", err)
+		fatal(ss.client, "08006", "bloomgate: upstream PostgreSQL unreachable: "+err.Error())
+		return
+	}
+	ss.up = up
+	ss.ur = pgproto3.NewFrontend(up, up)
+	ss.uw = bufio.NewWriterSize(up, 32<<10)
+	up.SetDeadline(time.Now().Add(srv.cfg.StartupTimeout))
+	if !ss.authenticate() {
+		return
+	}
+	ss.client.SetDeadline(time.Time{})
+	up.SetDeadline(time.Time{})
+	ss.mu.Lock()
+	ss.txStatus = 'I'
+	ss.tainted = ss.startupParamTainted || ss.startup.Parameters["replication"] != ""
+	ss.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ss.relay()
+		ss.close()
+	}()
+	ss.serveClient()
+	ss.close()
+	<-done
+}
+
+// authenticate relays the startup message and the authentication exchange
+// unchanged, replacing BackendKeyData with one of ours. It returns true at
+// the first ReadyForQuery.
+func (ss *session) authenticate() bool {
+	b, err := ss.startup.Encode(nil)
+	if err != nil {
+		fatal(ss.client, "08P01", "invalid startup packet")
+		return false
+	}
+	if _, err := ss.up.Write(b); err != nil {
+		fatal(ss.client, "08006", "bloomgate: upstream PostgreSQL: "+err.Error())
+		return false
+	}
+	for {
+		msg, err := ss.ur.Receive()
+		if err != nil {
+			fatal(ss.client, "08006", "bloomgate: upstream PostgreSQL: "+err.Error())
+			return false
+		}
+		switch m := msg.(type) {
+		case *pgproto3.BackendKeyData:
+			msg = ss.srv.issueKey(ss, m)
+		case *pgproto3.ParameterStatus:
+			ss.params[m.Name] = m.Value
+		}
+		ss.cw.Send(msg)
+		if err := ss.cw.Flush(); err != nil {
+			return false
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			return false
+		case *pgproto3.ReadyForQuery:
+			return true
+		case *pgproto3.AuthenticationCleartextPassword, *pgproto3.AuthenticationMD5Password,
+			*pgproto3.AuthenticationSASL, *pgproto3.AuthenticationSASLContinue, *pgproto3.AuthenticationGSS,
+			*pgproto3.AuthenticationGSSContinue:
+			if err := ss.cr.SetAuthType(ss.ur.GetAuthType()); err != nil {
+				return false
+			}
+			resp, err := ss.cr.Receive()
+			if err != nil {
+				return false
+			}
+			out, err := resp.Encode(nil)
+			if err != nil {
+				return false
+			}
+			if _, err := ss.up.Write(out); err != nil {
+				return false
+			}
+		case *pgproto3.AuthenticationSASLFinal, *pgproto3.AuthenticationOk:
+			ss.cr.SetAuthType(pgproto3.AuthTypeOk)
+			_ = m
+		}
+	}
+}
+
+// serveClient reads the client until it disconnects.
+func (ss *session) serveClient() {
+	for {
+		msg, err := ss.cr.Receive()
+		if err != nil {
+			var tooBig *pgproto3.ExceededMaxBodyLenErr
+			if errors.As(err, &tooBig) {
+				ss.sendFatal("54000", "bloomgate: message too large")
+			} else if !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				ss.sendFatal("08P01", "bloomgate: invalid frontend message: "+err.Error())
+			}
+			ss.forwardRaw(mustEncode(&pgproto3.Terminate{}), expect{kind: 'X'}, false)
+			ss.uw.Flush()
+			return
+		}
+		raw, err := msg.Encode(nil)
+		if err != nil {
+			ss.sendFatal("08P01", "bloomgate: invalid frontend message: "+err.Error())
+			return
+		}
+		switch msg.(type) {
+		case *pgproto3.Terminate:
+			ss.flushBatch()
+			ss.uw.Write(raw)
+			ss.uw.Flush()
+			return
+		case *pgproto3.Query:
+			ss.flushBatch()
+			// A simple query drops the unnamed statement, upstream too.
+			delete(ss.stmts, "")
+			var q pgproto3.Query
+			q.Decode(raw[5:])
+			toks, terr := tokenize(q.String) // once: matched, answered, scanned
+			if terr == nil && ss.answerQuery(toks) {
+				continue
+			}
+			ss.scanForwarded(q.String, toks, terr)
+			ss.forwardRaw(raw, expect{kind: 'Q', tmpl: ss.matchTokens(toks, terr, true)}, true)
+		case *pgproto3.Parse, *pgproto3.Bind, *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Close:
+			cm := clientMsg{raw: raw, msg: decodeMsg(raw)}
+			if ss.passthrough {
+				ss.forwardExtended(cm)
+				ss.uw.Flush()
+				continue
+			}
+			ss.batch = append(ss.batch, cm)
+			ss.batchBytes += len(raw)
+			if ss.batchBytes > maxBatchBytes {
+				ss.flushBatch()
+				ss.passthrough = true
+			}
+		case *pgproto3.Sync:
+			cm := clientMsg{raw: raw, msg: &pgproto3.Sync{}}
+			if ss.passthrough {
+				ss.forwardExtended(cm)
+				ss.uw.Flush()
+				ss.passthrough = false
+				continue
+			}
+			ss.batch = append(ss.batch, cm)
+			if !ss.answerBatch() {
+				ss.flushBatch()
+			}
+			ss.batch, ss.batchBytes = ss.batch[:0], 0
+		case *pgproto3.Flush:
+			// The client wants the answers so far before it sends Sync.
+			ss.flushBatch()
+			ss.forwardRaw(raw, expect{kind: 'H'}, true)
+			ss.passthrough = true
+		case *pgproto3.CopyData:
+			ss.flushBatch()
+			ss.uw.Write(raw)
+			if ss.uw.Buffered() > 16<<10 {
+				ss.uw.Flush()
+			}
+		case *pgproto3.CopyDone, *pgproto3.CopyFail:
+			ss.flushBatch()
+			ss.mu.Lock()
+			ss.copyIn = false
+			ss.mu.Unlock()
+			ss.forwardRaw(raw, expect{kind: 'c'}, true)
+		case *pgproto3.FunctionCall:
+			ss.flushBatch()
+			ss.forwardRaw(raw, expect{kind: 'F', tmpl: -1}, true)
+		default:
+			ss.flushBatch()
+			ss.uw.Write(raw)
+			ss.uw.Flush()
+		}
+	}
+}
+
+func mustEncode(m pgproto3.FrontendMessage) []byte {
+	b, _ := m.Encode(nil)
+	return b
+}
+
+// decodeMsg returns a decoded copy of an encoded extended-protocol message.
+func decodeMsg(raw []byte) pgproto3.FrontendMessage {
+	var m pgproto3.FrontendMessage
+	switch raw[0] {
+	case 'P':
+		m = &pgproto3.Parse{}
+	case 'B':
+		m = &pgproto3.Bind{}
+	case 'D':
+		m = &pgproto3.Describe{}
+	case 'E':
+		m = &pgproto3.Execute{}
+	case 'C':
+		m = &pgproto3.Close{}
+	default:
+		return nil
+	}
+	if m.Decode(raw[5:]) != nil {
+		return nil
+	}
+	return m
+}
+
+// sendFatal sends the client a FATAL error.
+func (ss *session) sendFatal(code, msg string) {
+	ss.cmu.Lock()
+	defer ss.cmu.Unlock()
+	ss.cw.Send(&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: code, Message: msg})
+	ss.cw.Flush()
+}
+
+// forwardRaw writes raw upstream, pushing e first when the upstream will
+// answer it.
+func (ss *session) forwardRaw(raw []byte, e expect, flush bool) {
+	if e.kind != 'X' {
+		ss.mu.Lock()
+		if !(e.kind == 'S' && ss.copyIn) {
+			ss.queue = append(ss.queue, e)
+		}
+		ss.mu.Unlock()
+	}
+	ss.uw.Write(raw)
+	if flush {
+		ss.uw.Flush()
+	}
+}
+
+// flushBatch forwards the held-back extended-protocol messages.
+func (ss *session) flushBatch() {
+	if len(ss.batch) == 0 {
+		return
+	}
+	for _, cm := range ss.batch {
+		ss.forwardExtended(cm)
+	}
+	ss.batch, ss.batchBytes = ss.batch[:0], 0
+	ss.uw.Flush()
+}
+
+// forwardExtended forwards one extended-protocol message, first preparing
+// upstream a statement the client prepared in a batch answered locally.
+func (ss *session) forwardExtended(cm clientMsg) {
+	switch m := cm.msg.(type) {
+	case *pgproto3.Parse:
+		toks, terr := tokenize(m.Query)
+		ss.scanForwarded(m.Query, toks, terr)
+		tmpl := ss.matchTokens(toks, terr, false)
+		ss.stmts[m.Name] = &stmtInfo{query: m.Query, oids: m.ParameterOIDs, tmpl: tmpl, upstream: true}
+		ss.forwardRaw(cm.raw, expect{kind: 'P', tmpl: tmpl}, false)
+		return
+	case *pgproto3.Bind:
+		st := ss.ensureUpstream(m.PreparedStatement)
+		ss.forwardRaw(cm.raw, expect{kind: 'B', tmpl: st}, false)
+		ss.portalTmpl(m.DestinationPortal, st)
+		return
+	case *pgproto3.Describe:
+		if m.ObjectType == 'S' {
+			st := ss.ensureUpstream(m.Name)
+			ss.forwardRaw(cm.raw, expect{kind: 'D', tmpl: st, stmt: true}, false)
+			return
+		}
+		ss.forwardRaw(cm.raw, expect{kind: 'D', tmpl: ss.portalTmpl(m.Name, -2)}, false)
+		return
+	case *pgproto3.Execute:
+		ss.forwardRaw(cm.raw, expect{kind: 'E', tmpl: ss.portalTmpl(m.Portal, -2)}, false)
+		return
+	case *pgproto3.Close:
+		if m.ObjectType == 'S' {
+			delete(ss.stmts, m.Name)
+		}
+		ss.forwardRaw(cm.raw, expect{kind: 'C', tmpl: -1}, false)
+		return
+	case *pgproto3.Sync:
+		ss.forwardRaw(cm.raw, expect{kind: 'S', tmpl: -1}, false)
+		return
+	}
+	ss.forwardRaw(cm.raw, expect{kind: 'H'}, false) // unreachable: every batched message is above
+}
+
+// portals maps portal names to configured statements for learning; a
+// portal is only as good as the last Bind seen for its name.
+func (ss *session) portalTmpl(name string, set int) int {
+	key := "\x00portal:" + name
+	if set != -2 {
+		ss.stmts[key] = &stmtInfo{tmpl: set}
+		return set
+	}
+	if p := ss.stmts[key]; p != nil {
+		return p.tmpl
+	}
+	return -1
+}
+
+// ensureUpstream prepares statement name upstream if only the client has
+// it (prepared in a batch answered locally), and returns its template.
+func (ss *session) ensureUpstream(name string) int {
+	st := ss.stmts[name]
+	if st == nil {
+		return -1
+	}
+	if !st.upstream {
+		p := &pgproto3.Parse{Name: name, Query: st.query, ParameterOIDs: st.oids}
+		ss.forwardRaw(mustEncode(p), expect{kind: 'P', tmpl: st.tmpl, swallow: true}, false)
+		st.upstream = true
+	}
+	return st.tmpl
+}
+
+// matchExtended returns the configured statement q is, or -1. With
+// literal, q is a simple-protocol query whose key is a literal.
+func (ss *session) matchExtended(q string, literal bool) int {
+	if len(ss.srv.stmts) == 0 {
+		return -1
+	}
+	toks, err := tokenize(q)
+	return ss.matchTokens(toks, err, literal)
+}
+
+// matchTokens is matchExtended on q's tokens (err: tokenize's error).
+func (ss *session) matchTokens(toks []token, err error, literal bool) int {
+	if err != nil || len(ss.srv.stmts) == 0 {
+		return -1
+	}
+	for i, st := range ss.srv.stmts {
+		if st.Database != ss.db {
+			continue
+		}
+		if _, k := st.tmpl.match(toks, literal); k != matchNone {
+			return i
+		}
+	}
+	return -1
+}
+
+// scanForwarded drops learned result shapes when a forwarded statement may
+// change a table or a privilege, and stops answering locally in a session
+// that changes its search_path or role.
+func (ss *session) scanForwarded(q string, toks []token, err error) {
+	ddl, setting, set := false, false, false
+	check := func(w string) {
+		ddl = ddl || ddlWords[w]
+		setting = setting || sessionWords[w]
+		set = set || w == "set" || w == "reset" || w == "set_config"
+	}
+	if err == nil {
+		for _, t := range toks {
+			if t.kind == tokIdent {
+				check(t.val)
+			}
+		}
+	} else {
+		for _, w := range strings.FieldsFunc(strings.ToLower(q), func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r == '_')
+		}) {
+			check(w)
+		}
+	}
+	if ddl {
+		ss.srv.cache.clear()
+	}
+	if setting && set { // SHOW search_path is harmless
+		ss.mu.Lock()
+		ss.tainted = true
+		ss.mu.Unlock()
+	}
+}
+
+// ddlWords may change a table's shape or a privilege: learned result shapes
+// are dropped. sessionWords may change what a name or a literal means in
+// the session: it is relayed only from then on.
+var (
+	ddlWords = map[string]bool{"alter": true, "drop": true, "create": true, "grant": true, "revoke": true,
+		"comment": true, "security": true, "policy": true, "import": true}
+	sessionWords = map[string]bool{"search_path": true, "role": true, "authorization": true, "set_config": true, "all": true,
+		"client_encoding": true, "standard_conforming_strings": true}
+)
+
+// waitIdle waits until no forwarded message awaits an answer, and reports
+// the session's transaction status then (0 when it did not become idle).
+func (ss *session) waitIdle() (status byte, tainted bool, params map[string]string) {
+	deadline := time.NewTimer(ss.srv.cfg.PositionWait + time.Second)
+	defer deadline.Stop()
+	ss.mu.Lock()
+	for !ss.idleLocked() {
+		ch := make(chan struct{})
+		ss.idleWait = ch
+		ss.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			// Answers owed for this long: stop answering this session
+			// locally rather than make every query wait.
+			ss.mu.Lock()
+			ss.tainted = true
+			ss.mu.Unlock()
+			ss.srv.log.Warn("pgwire: a session's answers did not arrive in time; it is relayed only from now on")
+			return 0, true, nil
+		}
+		ss.mu.Lock()
+	}
+	ss.queue = ss.queue[:0]
+	status, tainted = ss.txStatus, ss.tainted
+	params = map[string]string{"client_encoding": ss.params["client_encoding"],
+		"standard_conforming_strings": ss.params["standard_conforming_strings"]}
+	ss.mu.Unlock()
+	return status, tainted, params
+}
+
+func (ss *session) idleLocked() bool {
+	for _, e := range ss.queue {
+		if !e.noAnswer() {
+			return false
+		}
+	}
+	return !ss.copyIn
+}
+
+// eligible checks the session's state for a local answer: "" or the reason
+// to forward.
+func (ss *session) eligible(literal matchKind) string {
+	status, tainted, params := ss.waitIdle()
+	switch {
+	case status == 0:
+		return ReasonBatch
+	case status != 'I':
+		return ReasonTransaction
+	case tainted, params["client_encoding"] != "UTF8":
+		return ReasonSession
+	case literal == matchString && params["standard_conforming_strings"] != "on":
+		return ReasonSession
+	}
+	return ""
+}
+
+// answerQuery answers a simple-protocol query locally when it is a
+// configured statement with a literal key that is definitely absent.
+func (ss *session) answerQuery(toks []token) bool {
+	if len(ss.srv.stmts) == 0 {
+		return false
+	}
+	for i, st := range ss.srv.stmts {
+		if st.Database != ss.db {
+			continue
+		}
+		key, kind := st.tmpl.match(toks, true)
+		if kind == matchNone {
+			continue
+		}
+		reason := ss.eligible(kind)
+		var l *learned
+		if reason == "" {
+			l = ss.srv.cache.get(cacheKey{ss.db, ss.user, i})
+			if l == nil {
+				reason = ReasonNotLearned
+			}
+		}
+		if reason == "" && !validKey([]byte(key)) {
+			reason = ReasonKey
+		}
+		if reason == "" {
+			reason = ss.srv.decide(context.Background(), st, key)
+		}
+		if reason != "" {
+			st.fwd.WithLabelValues(reason).Inc()
+			return false
+		}
+		st.local.Inc()
+		ss.cmu.Lock()
+		ss.cw.Send(l.row)
+		ss.cw.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 0")})
+		ss.cw.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		ss.cw.Flush()
+		ss.cmu.Unlock()
+		return true
+	}
+	return false
+}
+
+// validKey: a text parameter PostgreSQL accepts (UTF-8, no NUL).
+func validKey(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, c := range b {
+		if c == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// localPortal is a portal bound in a batch being answered locally.
+type localPortal struct {
+	tmpl    int
+	formats []int16
+}
+
+// answerBatch answers a batch ending in Sync locally when every message in
+// it is part of a configured statement's execution for a key that is
+// definitely absent; otherwise it returns false and the caller forwards it.
+func (ss *session) answerBatch() bool {
+	if len(ss.srv.stmts) == 0 {
+		return false
+	}
+	type lookup struct {
+		tmpl int
+		key  string
+	}
+	var lookups []lookup
+	pending := map[string]*stmtInfo{}
+	stmt := func(name string) *stmtInfo {
+		if s, ok := pending[name]; ok {
+			return s
+		}
+		return ss.stmts[name]
+	}
+	portals := map[string]*localPortal{}
+	executes := 0
+	// First pass: shape only, no waiting. A batch that touches no
+	// configured statement is forwarded without counting.
+	refusal := ""
+	firstTmpl := -1
+	for _, cm := range ss.batch {
+		if refusal != "" {
+			break
+		}
+		switch m := cm.msg.(type) {
+		case *pgproto3.Parse:
+			_, exists := ss.stmts[m.Name]
+			if _, again := pending[m.Name]; m.Name != "" && (exists || again) {
+				return false // the upstream's error: already exists
+			}
+			tmpl := ss.matchExtended(m.Query, false)
+			if tmpl < 0 || len(m.ParameterOIDs) > 1 || len(m.ParameterOIDs) == 1 && !textOID(m.ParameterOIDs[0]) {
+				return false
+			}
+			pending[m.Name] = &stmtInfo{query: m.Query, oids: append([]uint32(nil), m.ParameterOIDs...), tmpl: tmpl}
+		case *pgproto3.Bind:
+			st := stmt(m.PreparedStatement)
+			if st == nil || st.tmpl < 0 {
+				return false
+			}
+			if firstTmpl < 0 {
+				firstTmpl = st.tmpl
+			}
+			if m.DestinationPortal != "" {
+				refusal = ReasonBatch
+				break
+			}
+			if len(m.Parameters) != 1 || len(m.ParameterFormatCodes) > 1 || !formatsOK(m.ParameterFormatCodes) || !formatsOK(m.ResultFormatCodes) {
+				return false // the upstream's error, or nothing to do
+			}
+			if m.Parameters[0] == nil || !validKey(m.Parameters[0]) {
+				refusal = ReasonKey
+				break
+			}
+			lookups = append(lookups, lookup{st.tmpl, string(m.Parameters[0])})
+			portals[""] = &localPortal{tmpl: st.tmpl, formats: append([]int16(nil), m.ResultFormatCodes...)}
+		case *pgproto3.Describe:
+			if m.ObjectType == 'S' {
+				st := stmt(m.Name)
+				if st == nil || st.tmpl < 0 {
+					return false
+				}
+			} else if portals[m.Name] == nil {
+				return false
+			}
+		case *pgproto3.Execute:
+			if portals[m.Portal] == nil {
+				return false
+			}
+			executes++
+		case *pgproto3.Sync:
+		default:
+			return false
+		}
+	}
+	if firstTmpl < 0 {
+		return false
+	}
+	count := func(reason string) bool {
+		for _, l := range lookups {
+			ss.srv.stmts[l.tmpl].fwd.WithLabelValues(reason).Inc()
+		}
+		if len(lookups) == 0 {
+			ss.srv.stmts[firstTmpl].fwd.WithLabelValues(reason).Inc()
+		}
+		return false
+	}
+	if refusal != "" {
+		return count(refusal)
+	}
+	if executes == 0 {
+		return false // a prepare or describe only: nothing to save
+	}
+	if reason := ss.eligible(matchParam); reason != "" {
+		return count(reason)
+	}
+	// Every statement's shape must have been learned for this role.
+	shapes := map[int]*learned{}
+	for _, cm := range ss.batch {
+		var tmpl int
+		switch m := cm.msg.(type) {
+		case *pgproto3.Bind:
+			tmpl = stmt(m.PreparedStatement).tmpl
+		case *pgproto3.Describe:
+			if m.ObjectType == 'S' {
+				tmpl = stmt(m.Name).tmpl
+			} else {
+				tmpl = portals[m.Name].tmpl
+			}
+		default:
+			continue
+		}
+		l := ss.srv.cache.get(cacheKey{ss.db, ss.user, tmpl})
+		if l == nil {
+			return count(ReasonNotLearned)
+		}
+		if d, ok := cm.msg.(*pgproto3.Describe); ok && d.ObjectType == 'S' && ss.srv.stmts[tmpl].ParamOID == 0 && !declared(stmt(d.Name)) {
+			return count(ReasonNotLearned)
+		}
+		if b, ok := cm.msg.(*pgproto3.Bind); ok && len(b.ResultFormatCodes) > 1 && len(b.ResultFormatCodes) != len(l.row.Fields) {
+			return false // the upstream's error
+		}
+		shapes[tmpl] = l
+	}
+	for _, l := range lookups {
+		if reason := ss.srv.decide(context.Background(), ss.srv.stmts[l.tmpl], l.key); reason != "" {
+			return count(reason)
+		}
+	}
+	// Answer: every key is definitely absent.
+	ss.cmu.Lock()
+	var cur *localPortal
+	for _, cm := range ss.batch {
+		switch m := cm.msg.(type) {
+		case *pgproto3.Parse:
+			ss.cw.Send(&pgproto3.ParseComplete{})
+		case *pgproto3.Bind:
+			st := stmt(m.PreparedStatement)
+			cur = &localPortal{tmpl: st.tmpl, formats: m.ResultFormatCodes}
+			ss.cw.Send(&pgproto3.BindComplete{})
+		case *pgproto3.Describe:
+			if m.ObjectType == 'S' {
+				st := stmt(m.Name)
+				oid := ss.srv.stmts[st.tmpl].ParamOID
+				if declared(st) {
+					oid = st.oids[0] // as PostgreSQL: the type the client declared
+				}
+				ss.cw.Send(&pgproto3.ParameterDescription{ParameterOIDs: []uint32{oid}})
+				ss.cw.Send(shapes[st.tmpl].row)
+			} else {
+				ss.cw.Send(withFormats(shapes[cur.tmpl].row, cur.formats))
+			}
+		case *pgproto3.Execute:
+			ss.srv.stmts[cur.tmpl].local.Inc()
+			ss.cw.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 0")})
+		case *pgproto3.Sync:
+			ss.cw.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		}
+	}
+	ss.cw.Flush() // a failed write ends the session at its next read
+	ss.cmu.Unlock()
+	for name, st := range pending {
+		if old := ss.stmts[name]; old != nil && old.upstream && old.query == st.query && slicesEqual(old.oids, st.oids) {
+			continue // the unnamed statement, re-parsed as it was: the upstream has it
+		}
+		ss.stmts[name] = st
+	}
+	return true
+}
+
+func slicesEqual(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// declared reports whether the client's Parse gave $1 a type.
+func declared(st *stmtInfo) bool { return len(st.oids) == 1 && st.oids[0] != 0 }
+
+// textOID: the parameter types a text key may be declared with: unknown,
+// text, varchar.
+func textOID(oid uint32) bool { return oid == 0 || oid == 25 || oid == 1043 }
+
+func formatsOK(f []int16) bool {
+	for _, c := range f {
+		if c != 0 && c != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// textRow returns a copy of row that owns its memory (the upstream reader's
+// messages live until its next read), every column in text format, as a
+// Describe of the statement reports it.
+func textRow(row *pgproto3.RowDescription) *pgproto3.RowDescription {
+	out := &pgproto3.RowDescription{Fields: make([]pgproto3.FieldDescription, len(row.Fields))}
+	for i, f := range row.Fields {
+		f.Name = append([]byte(nil), f.Name...)
+		f.Format = 0
+		out.Fields[i] = f
+	}
+	return out
+}
+
+// withFormats returns row with the result formats a Bind asked for.
+func withFormats(row *pgproto3.RowDescription, formats []int16) *pgproto3.RowDescription {
+	if len(formats) == 0 {
+		return row
+	}
+	out := &pgproto3.RowDescription{Fields: append([]pgproto3.FieldDescription(nil), row.Fields...)}
+	for i := range out.Fields {
+		if len(formats) == 1 {
+			out.Fields[i].Format = formats[0]
+		} else {
+			out.Fields[i].Format = formats[i]
+		}
+	}
+	return out
+}
+
+// relay copies the upstream's messages to the client, accounting for them
+// against the queue.
+func (ss *session) relay() {
+	for {
+		msg, err := ss.ur.Receive()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				ss.sendFatal("08006", "bloomgate: upstream PostgreSQL connection lost: "+err.Error())
+			}
+			return
+		}
+		ss.mu.Lock()
+		forward := ss.account(msg)
+		if ss.idleWait != nil && ss.idleLocked() {
+			close(ss.idleWait)
+			ss.idleWait = nil
+		}
+		ss.mu.Unlock()
+		if !forward {
+			continue
+		}
+		ss.cmu.Lock()
+		ss.cw.Send(msg)
+		var ferr error
+		if ss.ur.ReadBufferLen() == 0 {
+			ferr = ss.cw.Flush()
+		}
+		ss.cmu.Unlock()
+		if ferr != nil {
+			return
+		}
+	}
+}
+
+// head returns the first expectation that is owed an answer, dropping the
+// ones before it that are not.
+func (ss *session) headLocked() *expect {
+	for len(ss.queue) > 0 && ss.queue[0].noAnswer() && !(ss.queue[0].kind == 'c' && ss.copyIn) {
+		ss.queue = ss.queue[1:]
+	}
+	if len(ss.queue) == 0 {
+		return nil
+	}
+	return &ss.queue[0]
+}
+
+func (ss *session) popLocked() {
+	if len(ss.queue) > 0 {
+		ss.queue = ss.queue[1:]
+	}
+}
+
+// account matches one upstream message with the queue and learns result
+// shapes; it reports whether the client gets the message.
+func (ss *session) account(msg pgproto3.BackendMessage) bool {
+	switch m := msg.(type) {
+	case *pgproto3.NoticeResponse, *pgproto3.NotificationResponse, *pgproto3.CopyData, *pgproto3.CopyDone, *pgproto3.CopyOutResponse, *pgproto3.CopyBothResponse, *pgproto3.DataRow:
+		return true
+	case *pgproto3.ParameterStatus:
+		ss.params[m.Name] = m.Value
+		return true
+	}
+	h := ss.headLocked()
+	if h == nil {
+		return true // an answer to nothing we track (an error on termination)
+	}
+	switch m := msg.(type) {
+	case *pgproto3.ParseComplete:
+		swallow := h.kind == 'P' && h.swallow
+		if h.kind == 'P' {
+			ss.popLocked()
+		}
+		return !swallow
+	case *pgproto3.BindComplete, *pgproto3.CloseComplete, *pgproto3.NoData:
+		if h.kind == 'B' || h.kind == 'C' || h.kind == 'D' {
+			ss.popLocked()
+		}
+	case *pgproto3.RowDescription:
+		if (h.kind == 'D' || h.kind == 'Q') && h.tmpl >= 0 {
+			l := ss.stagedFor(h.tmpl)
+			l.row = textRow(m)
+		}
+		if h.kind == 'D' {
+			ss.popLocked()
+		}
+	case *pgproto3.CommandComplete:
+		if (h.kind == 'E' || h.kind == 'Q') && h.tmpl >= 0 {
+			// A statement that ran for this role: its described shape
+			// is what the upstream would describe now, unless DDL
+			// passed since (the cache's generation).
+			if l := ss.staged[h.tmpl]; l != nil && l.row != nil && strings.HasPrefix(string(m.CommandTag), "SELECT ") {
+				ss.srv.cache.put(cacheKey{ss.db, ss.user, h.tmpl}, &learned{row: l.row, gen: l.gen})
+			}
+		}
+		if h.kind == 'E' {
+			ss.popLocked()
+		}
+	case *pgproto3.EmptyQueryResponse, *pgproto3.PortalSuspended:
+		if h.kind == 'E' {
+			ss.popLocked()
+		}
+	case *pgproto3.CopyInResponse:
+		if h.kind == 'E' {
+			// The upstream ignores the Syncs sent during an extended
+			// COPY FROM STDIN: they get no ReadyForQuery.
+			ended := false
+			kept := ss.queue[:1]
+			for _, e := range ss.queue[1:] {
+				ended = ended || e.kind == 'c'
+				if !ended && (e.kind == 'S' || e.kind == 'H') {
+					continue
+				}
+				kept = append(kept, e)
+			}
+			ss.queue = kept
+			ss.copyIn = !ended
+		}
+	case *pgproto3.ErrorResponse:
+		ss.copyIn = false
+		if m.Code == "0A000" && strings.Contains(m.Message, "cached plan") {
+			ss.srv.cache.clear()
+		}
+		switch h.kind {
+		case 'P', 'B', 'D', 'E', 'C':
+			// The upstream skips to the next Sync.
+			for len(ss.queue) > 0 && ss.queue[0].kind != 'S' {
+				ss.queue = ss.queue[1:]
+			}
+		}
+	case *pgproto3.ReadyForQuery:
+		ss.txStatus = m.TxStatus
+		for len(ss.queue) > 0 {
+			k := ss.queue[0].kind
+			ss.queue = ss.queue[1:]
+			if k == 'S' || k == 'Q' || k == 'F' {
+				break
+			}
+		}
+		for len(ss.queue) > 0 && ss.queue[0].noAnswer() {
+			ss.queue = ss.queue[1:]
+		}
+	case *pgproto3.FunctionCallResponse:
+	}
+	return true
+}
+
+func (ss *session) stagedFor(tmpl int) *learned {
+	gen := ss.srv.cache.generation()
+	l := ss.staged[tmpl]
+	if l == nil || l.gen != gen {
+		l = &learned{gen: gen}
+		ss.staged[tmpl] = l
+	}
+	return l
+}

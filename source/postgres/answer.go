@@ -1,0 +1,55 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Text types a key column may have for a statement answered from a set:
+// their equality is byte equality of the text under a deterministic
+// collation, the equality the set's filter answers for.
+const (
+	oidText    = 25
+	oidVarchar = 1043
+)
+
+// CheckAnswer checks, on the database, a statement a set may answer for
+// absent keys (the shape is checked by the front end): the key column is
+// text or varchar with a deterministic collation, and the statement
+// prepares with one parameter of such a type. It returns the database's
+// name and the parameter's type OID.
+func CheckAnswer(ctx context.Context, pool *pgxpool.Pool, table, column, stmt string) (db string, paramOID uint32, err error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return "", 0, err
+	}
+	defer conn.Release()
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		return "", 0, err
+	}
+	var typ uint32
+	var deterministic bool
+	err = conn.QueryRow(ctx, `SELECT a.atttypid::oid, coalesce(c.collisdeterministic, true)
+		FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation
+		WHERE a.attrelid = $1::regclass AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped`,
+		table, column).Scan(&typ, &deterministic)
+	if err != nil {
+		return "", 0, fmt.Errorf("column %s.%s: %w", table, column, err)
+	}
+	if typ != oidText && typ != oidVarchar {
+		return "", 0, fmt.Errorf("column %s.%s is not text or varchar: a statement on it cannot be answered from the set (its equality is not the key's text)", table, column)
+	}
+	if !deterministic {
+		return "", 0, fmt.Errorf("column %s.%s has a nondeterministic collation: equal values may differ in bytes", table, column)
+	}
+	sd, err := conn.Conn().Prepare(ctx, "", stmt)
+	if err != nil {
+		return "", 0, fmt.Errorf("prepare: %w", err)
+	}
+	if len(sd.ParamOIDs) != 1 || sd.ParamOIDs[0] != oidText && sd.ParamOIDs[0] != oidVarchar {
+		return "", 0, fmt.Errorf("the parameter $1 must be text or varchar (got types %v)", sd.ParamOIDs)
+	}
+	return db, sd.ParamOIDs[0], nil
+}
