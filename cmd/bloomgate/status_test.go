@@ -54,7 +54,7 @@ const statusRowJS = `(() => {
   const tr = document.querySelector('tr[data-name="%s"]');
   if (!tr) return null;
   const td = c => tr.querySelector('td.' + c);
-  const text = c => td(c).firstChild.nodeValue; // without the small print
+  const text = c => (td(c).firstChild || {}).nodeValue || ''; // without the small print
   const small = c => (td(c).querySelector('small') || {}).textContent || '';
   const line = td('lookups').querySelector('polyline');
   return {
@@ -182,7 +182,7 @@ set users {
 			first = r
 		}
 		last = r
-		rate, _ := strconv.ParseFloat(strings.Fields(r.PerSec)[0], 64)
+		rate, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSuffix(r.PerSec, " M"), " k")), 64)
 		return r.Lookups > first.Lookups && rate > 0 && r.Points >= 5
 	}, "the page never showed the set ready with lookups rising: first %+v, last %+v", &first, &last)
 	t.Logf("ready: %+v", last)
