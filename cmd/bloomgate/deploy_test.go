@@ -82,6 +82,9 @@ func containerfileSources(t *testing.T) []string {
 			from = args
 		case instr == "COPY":
 			f := strings.Fields(args)
+			for len(f) > 0 && strings.HasPrefix(f[0], "--chown=") {
+				f = f[1:]
+			}
 			if len(f) != 2 {
 				t.Errorf("Containerfile line %d: COPY wants a source and a destination", n)
 				continue

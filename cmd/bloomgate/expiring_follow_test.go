@@ -45,6 +45,7 @@ func expiringFollowConf(t *testing.T, dsn, extra string) (path, respAddr, httpAd
 // everything (not ready, saying why) until it has caught up, and again when
 // its feed breaks, and comes back.
 func TestExpiringFollow(t *testing.T) {
+	testsvc.Short(t, "a long scenario: the server through start-up, a stalled feed and a dropped slot (source/postgres TestExpiringFeed covers the feed in -short)")
 	const maxLag = 2 * time.Second
 	bin := buildBinary(t)
 	pg := testsvc.LogicalPostgres(t)

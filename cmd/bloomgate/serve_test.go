@@ -94,7 +94,13 @@ func (s *server) wait() error {
 // startServe runs `bloomgate serve args…` and waits for its ready line.
 func startServe(t testing.TB, bin string, args ...string) *server {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
+	return startCmd(t, exec.Command(bin, append([]string{"serve"}, args...)...))
+}
+
+// startCmd starts cmd, a `bloomgate serve` command line, and waits for its
+// ready line.
+func startCmd(t testing.TB, cmd *exec.Cmd) *server {
+	t.Helper()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

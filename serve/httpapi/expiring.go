@@ -56,13 +56,14 @@ func (a *api) expiringInfo(name string) (SetInfo, bool) {
 	if !xi.NextExpiry.IsZero() {
 		e.NextExpiryUnixMs = xi.NextExpiry.UnixMilli()
 	}
-	ready := true
-	if st, ok := a.store.ExpiringSet(name); ok { // table-backed: ready after its first scan and, following the feed, while fresh
-		ready = st.Ready
+	info := SetInfo{Name: name, Kind: "expiring", Ready: true, Capacity: xi.Params.Capacity, Items: xi.Items,
+		Bytes: xi.Size, Filters: xi.Generations, Expiring: e}
+	if sr, ok := a.expiringSetReadiness(name); ok { // table-backed: ready after its first scan and, following the feed, while fresh
 		e.TableBacked = true
+		info.Ready, info.State, info.Reason = sr.Ready, sr.State, sr.Reason
+		info.Mode, info.Role, info.Position, info.LagSeconds = sr.Mode, sr.Role, sr.Position, sr.LagSeconds
 	}
-	return SetInfo{Name: name, Kind: "expiring", Ready: ready, Capacity: xi.Params.Capacity, Items: xi.Items,
-		Bytes: xi.Size, Filters: xi.Generations, Expiring: e}, true
+	return info, true
 }
 
 // maxExpirySeconds bounds the seconds an expiry may give (a thousand years),
@@ -104,19 +105,32 @@ func (a *api) addExpiring(w http.ResponseWriter, name string, keys [][]byte, bod
 func (a *api) expiringReadiness(sets map[string]SetReadiness) bool {
 	ready := true
 	for _, name := range a.store.ExpiringSetNames() {
-		st, _ := a.store.ExpiringSet(name)
-		sr := SetReadiness{Ready: st.Ready, Mode: "rescan", Role: "none", State: "ready", Position: st.Position.String()}
-		if st.Follow {
-			sr.Mode, sr.Role, sr.LagSeconds = "follow", "follower", st.Lag.Seconds()
-		}
-		if !st.Ready {
-			sr.State, sr.Reason = "warming", st.Reason
-			if st.Scans > 0 {
-				sr.State = "degraded"
-			}
+		sr, ok := a.expiringSetReadiness(name)
+		if !ok {
+			continue // deleted meanwhile
 		}
 		sets[name] = sr
-		ready = ready && st.Ready
+		ready = ready && sr.Ready
 	}
 	return ready
+}
+
+// expiringSetReadiness describes a table-backed expiring set as /readyz
+// does; ok is false for a key that is not one.
+func (a *api) expiringSetReadiness(name string) (SetReadiness, bool) {
+	st, ok := a.store.ExpiringSet(name)
+	if !ok {
+		return SetReadiness{}, false
+	}
+	sr := SetReadiness{Ready: st.Ready, Mode: "rescan", Role: "none", State: "ready", Position: st.Position.String()}
+	if st.Follow {
+		sr.Mode, sr.Role, sr.LagSeconds = "follow", "follower", st.Lag.Seconds()
+	}
+	if !st.Ready {
+		sr.State, sr.Reason = "warming", st.Reason
+		if st.Scans > 0 {
+			sr.State = "degraded"
+		}
+	}
+	return sr, true
 }

@@ -1,8 +1,9 @@
 // Package httpapi serves a serve.Store over HTTP: JSON under /v1, Prometheus
-// metrics on /metrics, and /healthz and /readyz probes.
+// metrics on /metrics, /healthz and /readyz probes, and a status page at /.
 //
 // Routes (name is a standalone filter or a table-backed set):
 //
+//	GET    /                              the status page (HTML; it polls /v1/sets)
 //	GET    /v1/sets                       every key with its kind and stats
 //	GET    /v1/sets/{name}                one key's stats
 //	PUT    /v1/sets/{name}                create a standalone filter (body: FilterSpec)
@@ -25,7 +26,10 @@
 // lag, and answers 503 while one is not ready. Errors are
 // {"error":{"code":C,"message":M}} with a stable code (see serve.Error; plus
 // "bad_request", "unauthorized", "method_not_allowed"). With a Token, every
-// route but /healthz and /readyz needs "Authorization: Bearer <token>".
+// route but /healthz and /readyz needs "Authorization: Bearer <token>", or
+// HTTP Basic authentication with the token as the password (any user name):
+// a browser asks for it on the status page and sends it with the page's
+// requests.
 //
 // The http.Handler that Handler returns is safe for concurrent use.
 // docs/serve.md is the server's manual.
@@ -96,6 +100,19 @@ type SetInfo struct {
 	ObservedFP     uint64  `json:"observed_false_positives,omitempty"`
 	ObservedFPRate float64 `json:"observed_fp_rate,omitempty"`
 	HasConfirm     bool    `json:"has_confirm,omitempty"`
+	// Mode, Role, Position and LagSeconds are a table-backed set's, as in
+	// /readyz.
+	Mode       string  `json:"mode,omitempty"`
+	Role       string  `json:"role,omitempty"`
+	Position   string  `json:"position,omitempty"`
+	LagSeconds float64 `json:"lag_seconds,omitempty"`
+	// TargetFPRate is the false-positive rate a table-backed set's filter
+	// was sized for, FillRatio the share of its bits or slots in use, and
+	// Builds the filter generation it serves: warm-ups, rebuilds and
+	// bootstraps so far (0 while warming).
+	TargetFPRate float64 `json:"target_fp_rate,omitempty"`
+	FillRatio    float64 `json:"fill_ratio,omitempty"`
+	Builds       uint64  `json:"builds,omitempty"`
 	// Expiring describes an expiring key (kind "expiring").
 	Expiring *ExpiringInfo `json:"expiring,omitempty"`
 }
@@ -116,6 +133,7 @@ func Handler(cfg Config) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", a.readyz)
+	mux.Handle("GET /{$}", a.authAs("Basic", http.HandlerFunc(statusPage)))
 	if cfg.Gatherer != nil {
 		mux.Handle("GET /metrics", a.auth(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
 	}
@@ -134,14 +152,24 @@ func Handler(cfg Config) http.Handler {
 	return mux
 }
 
-func (a *api) auth(h http.Handler) http.Handler {
+func (a *api) auth(h http.Handler) http.Handler { return a.authAs("Bearer", h) }
+
+// authAs requires the token, as a bearer token or as a Basic password, and
+// answers a request without it with a challenge of the given scheme: Basic
+// on the status page, so that a browser asks for it.
+func (a *api) authAs(challenge string, h http.Handler) http.Handler {
 	if a.cfg.Token == "" {
 		return h
 	}
 	want := []byte("Bearer " + a.cfg.Token)
+	token := []byte(a.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="bloomgate"`)
+		ok := subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) == 1
+		if _, pass, basic := r.BasicAuth(); basic && !ok {
+			ok = subtle.ConstantTimeCompare([]byte(pass), token) == 1
+		}
+		if !ok {
+			w.Header().Set("WWW-Authenticate", challenge+` realm="bloomgate"`)
 			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token")
 			return
 		}
@@ -244,11 +272,14 @@ func atParam(w http.ResponseWriter, r *http.Request) (pos changefeed.Position, g
 func (a *api) info(name string) (SetInfo, bool) {
 	if s := a.store.Set(name); s != nil {
 		st := s.Stats()
+		rd := readiness(s)
 		return SetInfo{
 			Name: name, Kind: "set", Ready: s.Ready(), State: st.State.String(), Reason: st.Reason,
 			Filter: s.Kind(), Capacity: st.Filter.Capacity, Items: st.Filter.Items, Bytes: st.Filter.Bytes,
 			Lookups: st.Lookups, Absent: st.Absent, FailOpen: st.FailOpen, Confirms: s.Confirms(),
 			ObservedFP: st.EmptyFetches, ObservedFPRate: st.ObservedFPRate, HasConfirm: s.HasConfirm(),
+			Mode: rd.Mode, Role: rd.Role, Position: rd.Position, LagSeconds: rd.LagSeconds,
+			TargetFPRate: st.ConfiguredFPRate, FillRatio: st.Filter.FillRatio, Builds: st.Builds,
 		}, true
 	}
 	switch a.store.Type(name) {
