@@ -65,41 +65,63 @@ func (g *Gate) build(ctx context.Context, kind string) (err error) {
 
 	est := g.estimate(ctx)
 	capacity := g.capacity(est)
-	nf, err := g.newFilter(capacity)
-	if err != nil {
-		return err
-	}
-	// A Bloom filter is built with plain writes from this goroutine alone;
-	// adds made meanwhile are buffered and applied when it finishes.
-	add := func(hs []uint64) error {
-		for _, h := range hs {
-			if err := nf.AddHash(h); err != nil {
-				return err
-			}
+	for attempt := 1; ; attempt++ {
+		nf, err := g.newFilter(capacity)
+		if err != nil {
+			return err
 		}
+		// A Bloom filter is built with plain writes from this goroutine alone;
+		// adds made meanwhile are buffered and applied when it finishes.
+		add := func(hs []uint64) error {
+			for _, h := range hs {
+				if err := nf.AddHash(h); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		bb := (*filter.BloomBuilder)(nil)
+		if b, ok := nf.(*filter.Bloom); ok {
+			bb = b.Builder()
+			add = func(hs []uint64) error { bb.AddHashMany(hs); return nil }
+		}
+		snapshotAt, recent, err := g.install(nf, kind, bb != nil)
+		if err != nil {
+			return err
+		}
+		serr := replay(add, recent)
+		var keys, skipped int64
+		if serr == nil {
+			keys, skipped, serr = g.scan(ctx, add, est)
+		}
+		full := errors.Is(serr, filter.ErrFull) || serr == nil && uint64(keys) > capacity
+		if full && g.cfg.Capacity == 0 && attempt < maxSizingAttempts {
+			// The estimate was short (statistics from before the table
+			// was filled): this filter would serve above its rate, or
+			// could not hold the table. Scan again into one sized for
+			// what the scan read, before publishing.
+			next := max(g.capacity(keys), capacity+1)
+			if serr != nil {
+				next = max(next, 2*capacity)
+			}
+			g.cfg.Logger.Info("bloomgate: the source holds more keys than the filter was sized for; building again",
+				"kind", kind, "keys", keys, "capacity", capacity, "new_capacity", next)
+			g.abandonPending(nf)
+			capacity, est = next, keys
+			continue
+		}
+		if err := g.finish(nf, bb, kind, snapshotAt, serr); err != nil {
+			return err
+		}
+		g.cfg.Logger.Info("bloomgate: filter built", "kind", kind, "keys", keys, "skipped_long_keys", skipped,
+			"capacity", capacity, "seconds", time.Since(start).Seconds())
 		return nil
 	}
-	bb := (*filter.BloomBuilder)(nil)
-	if b, ok := nf.(*filter.Bloom); ok {
-		bb = b.Builder()
-		add = func(hs []uint64) error { bb.AddHashMany(hs); return nil }
-	}
-	snapshotAt, recent, err := g.install(nf, kind, bb != nil)
-	if err != nil {
-		return err
-	}
-	serr := replay(add, recent)
-	var keys, skipped int64
-	if serr == nil {
-		keys, skipped, serr = g.scan(ctx, add, est)
-	}
-	if err := g.finish(nf, bb, kind, snapshotAt, serr); err != nil {
-		return err
-	}
-	g.cfg.Logger.Info("bloomgate: filter built", "kind", kind, "keys", keys, "skipped_long_keys", skipped,
-		"capacity", capacity, "seconds", time.Since(start).Seconds())
-	return nil
 }
+
+// maxSizingAttempts bounds the scans of one build whose filter turned out
+// too small for the source.
+const maxSizingAttempts = 4
 
 // estimate returns the source's estimate of its keys, 0 if unknown.
 func (g *Gate) estimate(ctx context.Context) int64 {

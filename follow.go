@@ -22,10 +22,14 @@ import (
 // Stream does; no two Streams run at once.
 //
 // Optional capabilities, found by type assertion: Estimate(ctx) (int64,
-// error) sizes the first filter (else Config.Source's estimate, if set), and
+// error) sizes the first filter (else Config.Source's estimate, if set),
 // Err() error reports the error of the feed's last failed connection while
-// Stream retries on its own (it then appears in State's reason). A Feed
-// whose head was read by another process implements RelayedHead.
+// Stream retries on its own (it then appears in State's reason), and
+// SnapshotOnly() bool, when true, says the feed's filters come only from
+// FollowConfig.Snapshots (a fan-out instance: its Rebuild always fails), so
+// Follow never starts a rebuild of its own; the feed ends its Stream when a
+// newer filter is there to load. A Feed whose head was read by another
+// process implements RelayedHead.
 type Feed interface {
 	// Bootstrap starts the feed afresh: it calls fn for every key of the
 	// table at one consistent point and returns that point. Stream from it
@@ -62,6 +66,8 @@ type feedEstimator interface {
 }
 
 type feedErrer interface{ Err() error }
+
+type snapshotOnly interface{ SnapshotOnly() bool }
 
 // FollowConfig configures Gate.Follow. The zero value of every field means
 // its default.
@@ -167,6 +173,9 @@ func (g *Gate) Follow(ctx context.Context, feed Feed, cfg FollowConfig) error {
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 30 * time.Second}
 	for {
 		fl := &follower{g: g, feed: feed, cfg: cfg}
+		if so, ok := feed.(snapshotOnly); ok && so.SnapshotOnly() {
+			fl.noRebuild = true
+		}
 		err := fl.run(ctx, fresh)
 		fl.mu.Lock()
 		applied := fl.applied
@@ -315,6 +324,21 @@ type follower struct {
 	retry     rebuildCause // a rebuild to start again (its filter refused a key)
 	retryCap  uint64       // the least capacity for it
 	saving    bool         // a snapshot is being written
+	// Failed rebuilds in a row: the next starts no sooner than after
+	// backoff, and a failure that repeats is logged with its count, not
+	// at every transaction.
+	failed       int
+	failedErr    string
+	rebuildAfter time.Time
+	noRebuild    bool // the feed is snapshot-only
+	// The serving filter's growth, for a growth rebuild that finishes
+	// before the filter fills: items per second (a decaying maximum), and
+	// how long the last bootstrap or rebuild took, and for how many keys.
+	rate      float64
+	rateAt    time.Time
+	rateItems uint64
+	buildDur  time.Duration
+	buildKeys uint64
 	wg        sync.WaitGroup
 }
 
@@ -473,6 +497,7 @@ func (fl *follower) publishLocked(f Filter, capacity uint64) {
 	g.publishLocked(nv)
 	g.unapplied = 0
 	fl.unknown, fl.truncated, fl.capacity, fl.heldBelow = 0, false, capacity, 0
+	fl.rateAt = time.Time{} // the rate goes on; its count starts again
 	// A new filter is checked a CheckInterval from now (its Stats reads the
 	// whole table), and snapshotted by the caller or a SnapshotInterval
 	// from now: a loaded snapshot is one already.
@@ -534,6 +559,18 @@ func (fl *follower) bootstrap(ctx context.Context) error {
 			capacity = max(2*capacity, fl.sizeFor(float64(keys), growFactor))
 			continue
 		}
+		if err == nil && float64(keys) >= growAt*float64(capacity) && capacity < 1<<40 {
+			// The estimate was short (statistics from before the table
+			// was filled, or none): a filter this full would serve above
+			// its rate until the first growth rebuild, and a table that
+			// is not written to never has one. Read it again into one
+			// sized for what it holds, before turning ready.
+			next := fl.sizeFor(float64(keys), 1)
+			g.cfg.Logger.Info("bloomgate: the table holds more keys than the filter was sized for; bootstrapping again",
+				"keys", keys, "capacity", capacity, "new_capacity", next)
+			capacity = next
+			continue
+		}
 		g.m.observeBuild("bootstrap", g.cfg.Now().Sub(start), err)
 		if err != nil {
 			return fmt.Errorf("bloomgate: bootstrap: %w", err)
@@ -544,6 +581,7 @@ func (fl *follower) bootstrap(ctx context.Context) error {
 		g.m.builds.Add(1)
 		g.mu.Unlock()
 		fl.pos = pos
+		fl.buildDur, fl.buildKeys = g.cfg.Now().Sub(start), uint64(keys)
 		fl.snapshotLocked()
 		fl.mu.Unlock()
 		g.cfg.Logger.Info("bloomgate: filter bootstrapped from the change feed", "keys", keys, "position", pos,
@@ -729,10 +767,10 @@ func (fl *follower) apply(t changefeed.Txn) error {
 	case now.Sub(fl.lastSnapshot) >= fl.cfg.SnapshotInterval && fl.rebuild == nil:
 		fl.snapshotLocked()
 	}
-	if fl.rebuild == nil {
+	if fl.rebuild == nil && !fl.noRebuild && !now.Before(fl.rebuildAfter) {
 		// Growth is checked at every transaction (it costs a comparison);
 		// the other triggers every CheckInterval.
-		cause := fl.growthLocked(v)
+		cause := fl.growthLocked(v, now)
 		if cause == causeNoRebuild && now.Sub(fl.lastCheck) >= g.cfg.CheckInterval {
 			fl.lastCheck = now
 			cause = fl.rebuildCauseLocked()
@@ -745,20 +783,47 @@ func (fl *follower) apply(t changefeed.Txn) error {
 }
 
 // growthLocked reports causeGrowth when the serving filter holds growAt of
-// its capacity, or the cause of a rebuild whose filter refused a key and
-// must start over.
-func (fl *follower) growthLocked(v *view) rebuildCause {
+// its capacity, or would fill before a rebuild started now could finish
+// (twice the last build's time at the filter's growth rate), or the cause
+// of a rebuild whose filter refused a key and must start over.
+func (fl *follower) growthLocked(v *view, now time.Time) rebuildCause {
 	if fl.retry != causeNoRebuild {
 		return fl.retry
 	}
 	if v.f == nil || fl.capacity == 0 {
 		return causeNoRebuild
 	}
-	if float64(items(v.f)) >= growAt*float64(fl.capacity) {
+	n := items(v.f)
+	switch d := now.Sub(fl.rateAt); {
+	case fl.rateAt.IsZero() || n < fl.rateItems:
+		fl.rateAt, fl.rateItems = now, n
+	case d >= rateWindow:
+		r := float64(n-fl.rateItems) / d.Seconds()
+		fl.rate = max(r, fl.rate*rateDecay)
+		fl.rateAt, fl.rateItems = now, n
+	}
+	room := float64(fl.capacity) - float64(n)
+	if float64(n) >= growAt*float64(fl.capacity) || room <= fl.arrivingLocked(n) {
 		return causeGrowth
 	}
 	return causeNoRebuild
 }
+
+// arrivingLocked is how many keys may arrive while a rebuild of a filter
+// holding n runs: the growth rate times thrice the last build's time,
+// scaled to n keys (a rebuild copies the table), so that the serving filter
+// still has room when it is swapped out.
+func (fl *follower) arrivingLocked(n uint64) float64 {
+	scale := max(1, float64(n)/float64(max(fl.buildKeys, fl.cfg.MinCapacity)))
+	return 3 * fl.rate * fl.buildDur.Seconds() * scale
+}
+
+// The growth rate is measured over rateWindow; a slower window keeps
+// rateDecay of the rate before, so a burst is remembered for a few seconds.
+const (
+	rateWindow = 200 * time.Millisecond
+	rateDecay  = 0.8
+)
 
 // capacityOf is the filter's capacity, without reading the table where the
 // filter can tell (a Bloom filter's Stats costs a pass with a logarithm per
@@ -890,13 +955,15 @@ func (fl *follower) startRebuildLocked(cause rebuildCause) {
 		}
 	}
 	if cause == causeGrowth || retry {
+		// Sized for the keys it will hold when it is swapped in, too.
 		growth = growFactor
+		n += fl.arrivingLocked(uint64(n))
 	}
 	capacity := max(fl.sizeFor(n, growth), fl.retryCap)
 	fl.retryCap = 0
 	nf, err := g.newFilter(capacity)
 	if err != nil {
-		g.cfg.Logger.Error("bloomgate: rebuild from the change feed", "err", err)
+		fl.rebuildFailedLocked(err)
 		return
 	}
 	_, buffered := nf.(*filter.Bloom) // filled like the bootstrap's (copyAdder)
@@ -936,7 +1003,7 @@ func (fl *follower) runRebuild(ctx context.Context, rb *feedRebuild) {
 	fl.rebuild = nil
 	if err != nil {
 		g.m.observeBuild("rebuild", g.cfg.Now().Sub(start), err)
-		g.cfg.Logger.Error("bloomgate: rebuild from the change feed failed", "err", err)
+		fl.rebuildFailedLocked(err)
 		g.abandonPending(rb.nf)
 		return
 	}
@@ -967,11 +1034,29 @@ func (fl *follower) runRebuild(ctx context.Context, rb *feedRebuild) {
 	g.endBuildLocked()
 	fl.publishLocked(rb.nf, rb.capacity)
 	fl.heldBelow = pos
+	fl.buildDur, fl.buildKeys = g.cfg.Now().Sub(start), uint64(keys)+uint64(replayed)
 	g.m.builds.Add(1)
 	g.mu.Unlock()
 	fl.snapshotLocked()
 	g.cfg.Logger.Info("bloomgate: filter rebuilt from the change feed", "reason", rb.cause, "keys", keys, "position", pos,
-		"capacity", rb.capacity, "seconds", g.cfg.Now().Sub(start).Seconds())
+		"capacity", rb.capacity, "seconds", g.cfg.Now().Sub(start).Seconds(), "failed_before", fl.failed)
+	fl.failed, fl.failedErr, fl.rebuildAfter = 0, "", time.Time{}
+}
+
+// rebuildFailedLocked notes a failed rebuild: the next one waits a backoff
+// (1 s, doubling to a minute) instead of starting at the next transaction,
+// and the error is logged the first time, when it changes, and then at
+// the 2nd, 4th, 8th… failure in a row, with the count.
+func (fl *follower) rebuildFailedLocked(err error) {
+	fl.failed++
+	wait := min(time.Second<<min(fl.failed-1, 6), time.Minute)
+	fl.rebuildAfter = fl.g.cfg.Now().Add(wait)
+	msg := err.Error()
+	if fl.failed&(fl.failed-1) == 0 || msg != fl.failedErr {
+		fl.g.cfg.Logger.Error("bloomgate: rebuild from the change feed failed", "err", err,
+			"failures_in_a_row", fl.failed, "retry_in", wait)
+	}
+	fl.failedErr = msg
 }
 
 // abandonPending drops a build's filter and restores the state it replaced.

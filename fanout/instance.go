@@ -91,6 +91,8 @@ type Instance struct {
 
 	mu        sync.Mutex
 	marks     map[changefeed.Position]start // snapshot and batch ends
+	oldMarks  map[changefeed.Position]start // the marks before, while marks fills
+	checked   time.Time                     // when checkFilter last read the record
 	hb        beatValue
 	hbChanged time.Time               // when hb.Beat last changed
 	seen      pollID                  // the newest read of the database's head seen
@@ -126,6 +128,10 @@ const firstSnapshotWait = 30 * time.Second
 // instance a database head read by a feeder in its term (at its start,
 // after a feeder's takeover, or from a feeder of an earlier version).
 var ErrNoPolledHead = errors.New("fanout: no heartbeat yet with a database head the feeder read in its term")
+
+// filterCheckEvery is how often a running Stream reads the snapshot record
+// for a newer filter of the feeder's.
+const filterCheckEvery = 500 * time.Millisecond
 
 // errNewFilter ends a Stream when the feeder has recorded a snapshot of a
 // newer filter (it rebuilt or bootstrapped): Follow loads it.
@@ -195,16 +201,31 @@ func (in *Instance) loaded(pos changefeed.Position, cur Cursor, term, gen uint64
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	clear(in.marks)
+	in.oldMarks = nil
 	in.marks[pos] = start{cur, term, gen, local}
 	in.gen = gen
+}
+
+// markOf returns the start after pos. in.mu is held.
+func (in *Instance) markOf(pos changefeed.Position) (start, bool) {
+	if s, ok := in.marks[pos]; ok {
+		return s, true
+	}
+	s, ok := in.oldMarks[pos]
+	return s, ok
 }
 
 func (in *Instance) cursorOf(pos changefeed.Position) (Cursor, uint64, uint64, bool) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	s, ok := in.marks[pos]
+	s, ok := in.markOf(pos)
 	return s.cur, s.term, in.gen, ok
 }
+
+// SnapshotOnly reports true: Gate.Follow never starts a rebuild of its own
+// from an instance (Rebuild always fails); the instance's new filters are
+// the feeder's, loaded when the feeder records one.
+func (in *Instance) SnapshotOnly() bool { return true }
 
 // Bootstrap returns ErrSnapshotOnly, with why the last Load found no
 // usable snapshot (none yet, or refused ones: another Key, damage), so that
@@ -240,7 +261,7 @@ func (in *Instance) Rebuild(ctx context.Context, fn func(key []byte) error) (cha
 // until ctx is done, apply fails, or a gap (an error wrapping ErrGap).
 func (in *Instance) Stream(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error {
 	in.mu.Lock()
-	st, ok := in.marks[from]
+	st, ok := in.markOf(from)
 	in.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%w: no log cursor known for position %v", ErrGap, from)
@@ -251,6 +272,24 @@ func (in *Instance) Stream(ctx context.Context, from changefeed.Position, apply 
 	in.mu.Lock()
 	in.restart = cancel
 	in.mu.Unlock()
+	// The snapshot record is watched here, not only by Head: a caller may
+	// take the database's head from elsewhere (serve does, where it can
+	// read the database) and never call this Head.
+	var watch sync.WaitGroup
+	defer watch.Wait()
+	defer cancel(nil)
+	watch.Go(func() {
+		t := time.NewTicker(filterCheckEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				in.checkFilter(sctx)
+			}
+		}
+	})
 	err := in.b.Log.Read(sctx, st.cur, func(e Entry) error {
 		b, err := DecodeBatch(e.Data, in.b.Key)
 		if err != nil {
@@ -267,13 +306,17 @@ func (in *Instance) Stream(ctx context.Context, from changefeed.Position, apply 
 			return fmt.Errorf("%w: entry %s: %w", ErrGap, e.Cursor, err)
 		}
 		for i, t := range txns {
+			// Marked before apply: a snapshot of the gate at t.End may be
+			// saved (beside the stream) as soon as apply returns.
+			if i < len(txns)-1 {
+				in.mark(t.End, start{prev, term, 0, false})
+			} else {
+				in.mark(t.End, start{e.Cursor, b.Term, 0, false})
+			}
 			if err := apply(t); err != nil {
 				return err
 			}
 			pos = t.End
-			if i < len(txns)-1 {
-				in.mark(pos, start{prev, term, 0, false})
-			}
 		}
 		term, prev = b.Term, e.Cursor
 		in.mark(b.End(), start{e.Cursor, b.Term, 0, false})
@@ -291,12 +334,13 @@ func (in *Instance) Stream(ctx context.Context, from changefeed.Position, apply 
 }
 
 // mark remembers where to read after pos (for a local snapshot taken
-// there), keeping the map small.
+// there), keeping the last 32 Ki to 64 Ki marks: a snapshot encoded at a
+// position is saved while the stream goes on, and must still find it.
 func (in *Instance) mark(pos changefeed.Position, s start) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if len(in.marks) >= 1<<16 {
-		clear(in.marks)
+	if len(in.marks) >= 1<<15 {
+		in.oldMarks, in.marks = in.marks, make(map[changefeed.Position]start, 1<<15)
 	}
 	in.marks[pos] = s
 }
@@ -432,6 +476,13 @@ func (in *Instance) HeadAge(ctx context.Context) (changefeed.Position, time.Dura
 // of a newer filter than the one loaded, so that Follow loads it: running
 // instances follow the feeder's rebuilds (an overfilled filter, say).
 func (in *Instance) checkFilter(ctx context.Context) {
+	in.mu.Lock()
+	if in.restart == nil || time.Since(in.checked) < filterCheckEvery/2 {
+		in.mu.Unlock()
+		return // no Stream to end, or Head and Stream's watch both ask
+	}
+	in.checked = time.Now()
+	in.mu.Unlock()
 	v, _, err := in.b.Store.Get(ctx, keySnapshot)
 	if err != nil {
 		return

@@ -1,6 +1,7 @@
 package redisstream_test
 
 import (
+	"bytes"
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
@@ -8,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -335,7 +338,8 @@ func TestRedisInstancesFollowRebuilds(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, err := set.NewFeeder(redisstream.FeederConfig{Feed: pg.Feed(t), Gate: fg, HeartbeatInterval: testHeartbeat,
-		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Hour, MaxLag: testMaxLag}})
+		// A floor below the table's rows, so that it grows past its filters.
+		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Hour, MaxLag: testMaxLag, MinCapacity: 4096}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,8 +348,11 @@ func TestRedisInstancesFollowRebuilds(t *testing.T) {
 	go func() { f.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done; fg.Close() })
 	var insts []*bloomgate.Gate
+	var logs lockedBuffer
 	for range 2 {
-		g, err := bloomgate.New(gcfg)
+		icfg := gcfg
+		icfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		g, err := bloomgate.New(icfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -413,6 +420,30 @@ func TestRedisInstancesFollowRebuilds(t *testing.T) {
 	if fn > 0 {
 		t.Fatalf("%d false negatives", fn)
 	}
+	// An instance never rebuilds on its own: it has no database to read.
+	started := strings.Count(logs.String(), "rebuilding from the change feed")
+	failed := strings.Count(logs.String(), "rebuild from the change feed failed")
+	if started+failed > 0 {
+		t.Errorf("the instances started %d rebuilds of their own, and logged %d failed", started, failed)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for loggers' concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestRedisKeyRefusesForgeries: with Config.Key, a well-formed continuation

@@ -180,6 +180,13 @@ type dbHead struct {
 
 func (d dbHead) Head(ctx context.Context) (changefeed.Position, error) { return d.db.Head(ctx) }
 
+// SnapshotOnly is the instance's: Follow never starts a rebuild from it
+// (it holds no database snapshot; its new filters are the feeder's).
+func (d dbHead) SnapshotOnly() bool {
+	so, ok := d.Feed.(interface{ SnapshotOnly() bool })
+	return ok && so.SnapshotOnly()
+}
+
 // openFeed returns the set's PostgreSQL change feed after checking, within
 // timeout, that the server answers, that wal_level is logical and that the
 // publication covers the table.
