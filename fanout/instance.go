@@ -77,12 +77,14 @@ const DefaultHeadTimeout = 5 * time.Second
 //
 //   - Follows the feeder's rebuilds: each snapshot record carries the
 //     generation of its filter (one more with every bootstrap or rebuild of
-//     the feeder's gate). When Head sees a record of a newer generation it
-//     ends the running Stream, and Follow fails open briefly and loads the
-//     new filter: an instance's false-positive rate follows the feeder's
-//     while it runs, without a restart.
+//     the feeder's gate). A running Stream reads the record every half
+//     second (Head reads it too); when it is of a newer generation the
+//     Stream ends, and Follow fails open briefly and loads the new filter:
+//     an instance's false-positive rate follows the feeder's while it
+//     runs, without a restart.
 //
-// Bootstrap and Rebuild return ErrSnapshotOnly: instances never scan the
+// Bootstrap and Rebuild return ErrSnapshotOnly, and SnapshotOnly reports
+// true, so Follow never starts a rebuild: instances never scan the
 // database; their rebuilds are the feeder's. Confirm does nothing. An
 // Instance is safe for concurrent use.
 type Instance struct {
