@@ -337,6 +337,8 @@ type follower struct {
 	rate      float64
 	rateAt    time.Time
 	rateItems uint64
+	ratePos   changefeed.Position
+	perPos    float64 // keys per unit of position applied (a stream's backlog in keys)
 	buildDur  time.Duration
 	buildKeys uint64
 	wg        sync.WaitGroup
@@ -795,12 +797,16 @@ func (fl *follower) growthLocked(v *view, now time.Time) rebuildCause {
 	}
 	n := items(v.f)
 	switch d := now.Sub(fl.rateAt); {
-	case fl.rateAt.IsZero() || n < fl.rateItems:
-		fl.rateAt, fl.rateItems = now, n
+	case fl.rateAt.IsZero() || n < fl.rateItems || fl.pos < fl.ratePos:
+		fl.rateAt, fl.rateItems, fl.ratePos = now, n, fl.pos
 	case d >= rateWindow:
 		r := float64(n-fl.rateItems) / d.Seconds()
 		fl.rate = max(r, fl.rate*rateDecay)
-		fl.rateAt, fl.rateItems = now, n
+		if dp := fl.pos - fl.ratePos; dp > 0 {
+			k := float64(n-fl.rateItems) / float64(dp)
+			fl.perPos = max(k, fl.perPos*rateDecay)
+		}
+		fl.rateAt, fl.rateItems, fl.ratePos = now, n, fl.pos
 	}
 	room := float64(fl.capacity) - float64(n)
 	if float64(n) >= growAt*float64(fl.capacity) || room <= fl.arrivingLocked(n) {
@@ -809,13 +815,21 @@ func (fl *follower) growthLocked(v *view, now time.Time) rebuildCause {
 	return causeNoRebuild
 }
 
-// arrivingLocked is how many keys may arrive while a rebuild of a filter
-// holding n runs: the growth rate times thrice the last build's time,
-// scaled to n keys (a rebuild copies the table), so that the serving filter
-// still has room when it is swapped out.
+// arrivingLocked is how many keys may reach a filter holding n before a
+// rebuild started now is swapped in: the stream's backlog (committed, not
+// yet applied: the feed's newest head beyond the applied position, at the
+// keys per position seen), and the growth rate times thrice the last
+// build's time, scaled to n keys (a rebuild copies the table), so that the
+// serving filter still has room when it is swapped out.
 func (fl *follower) arrivingLocked(n uint64) float64 {
 	scale := max(1, float64(n)/float64(max(fl.buildKeys, fl.cfg.MinCapacity)))
-	return 3 * fl.rate * fl.buildDur.Seconds() * scale
+	backlog := 0.0
+	if len(fl.heads) > 0 {
+		if head := fl.heads[len(fl.heads)-1].pos; head > fl.pos {
+			backlog = float64(head-fl.pos) * fl.perPos
+		}
+	}
+	return backlog + 3*fl.rate*fl.buildDur.Seconds()*scale
 }
 
 // The growth rate is measured over rateWindow; a slower window keeps
