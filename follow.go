@@ -543,6 +543,7 @@ func (fl *follower) bootstrap(ctx context.Context) error {
 	defer g.buildMu.Unlock()
 	start := g.cfg.Now()
 	capacity := fl.sizeFor(float64(fl.estimate(ctx)), 1)
+	reread := false
 	for {
 		nf, err := g.newFilter(capacity)
 		if err != nil {
@@ -561,7 +562,7 @@ func (fl *follower) bootstrap(ctx context.Context) error {
 			capacity = max(2*capacity, fl.sizeFor(float64(keys), growFactor))
 			continue
 		}
-		if err == nil && float64(keys) >= growAt*float64(capacity) && capacity < 1<<40 {
+		if err == nil && !reread && float64(keys) >= growAt*float64(capacity) && capacity < 1<<40 {
 			// The estimate was short (statistics from before the table
 			// was filled, or none): a filter this full would serve above
 			// its rate until the first growth rebuild, and a table that
@@ -570,7 +571,7 @@ func (fl *follower) bootstrap(ctx context.Context) error {
 			next := fl.sizeFor(float64(keys), 1)
 			g.cfg.Logger.Info("bloomgate: the table holds more keys than the filter was sized for; bootstrapping again",
 				"keys", keys, "capacity", capacity, "new_capacity", next)
-			capacity = next
+			capacity, reread = next, true // once: growth rebuilds take it from there
 			continue
 		}
 		g.m.observeBuild("bootstrap", g.cfg.Now().Sub(start), err)
@@ -824,10 +825,8 @@ func (fl *follower) growthLocked(v *view, now time.Time) rebuildCause {
 func (fl *follower) arrivingLocked(n uint64) float64 {
 	scale := max(1, float64(n)/float64(max(fl.buildKeys, fl.cfg.MinCapacity)))
 	backlog := 0.0
-	if len(fl.heads) > 0 {
-		if head := fl.heads[len(fl.heads)-1].pos; head > fl.pos {
-			backlog = float64(head-fl.pos) * fl.perPos
-		}
+	if m, ok := fl.heads.Newest(); ok && m.Head > fl.pos {
+		backlog = float64(m.Head-fl.pos) * fl.perPos
 	}
 	return backlog + 3*fl.rate*fl.buildDur.Seconds()*scale
 }

@@ -92,6 +92,16 @@ func (t *Tracker) Advance(applied changefeed.Position) bool {
 // Passed returns the newest mark passed, if any.
 func (t *Tracker) Passed() (Mark, bool) { return t.passed, t.has }
 
+// Newest returns the newest mark recorded: the newest outstanding one, or
+// else the newest passed; false when there is none. (Follow's growth
+// trigger reads the stream's backlog from it.)
+func (t *Tracker) Newest() (Mark, bool) {
+	if n := len(t.pending); n > 0 {
+		return t.pending[n-1], true
+	}
+	return t.passed, t.has
+}
+
 // Lag returns how far behind the consumer is at now: the age of the newest
 // passed mark; false when none has been passed.
 func (t *Tracker) Lag(now time.Time) (time.Duration, bool) {
