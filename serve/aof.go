@@ -75,6 +75,7 @@ type appendLog struct {
 	needMagic bool  // the segment header is still to be written
 	failed    error // a failed fsync: records refused until a snapshot (see recovered)
 	failSeg   uint64
+	recoverCh chan struct{} // closed by the snapshot that recovers from failed
 
 	syncMu sync.Mutex
 	synced atomic.Int64
@@ -227,6 +228,7 @@ func (l *appendLog) syncTo(pos int64) error {
 		if l.failed == nil {
 			l.failed = fmt.Errorf("%w: fsync failed, writes refused until a snapshot succeeds: %w", ErrLogWrite, err)
 			l.failSeg = l.seg
+			l.recoverCh = make(chan struct{})
 		}
 		failed = l.failed
 		l.mu.Unlock()
@@ -256,9 +258,27 @@ func (l *appendLog) failure() error {
 func (l *appendLog) recovered(seg uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.failed != nil && l.failSeg < seg {
+	if l.failed != nil && l.failSeg < seg && l.recoverCh != nil {
 		l.failed = nil
+		close(l.recoverCh)
+		l.recoverCh = nil
 	}
+}
+
+// recovery returns a channel closed once a snapshot recovers from the
+// failed fsync, or nil when the log failed for good (closed).
+func (l *appendLog) recovery() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.failed == nil:
+		done := make(chan struct{})
+		close(done)
+		return done
+	case l.recoverCh == nil:
+		return nil
+	}
+	return l.recoverCh
 }
 
 // rotate fsyncs and closes the current segment, starts the next one and

@@ -31,6 +31,11 @@ var (
 	ErrLoading        = &Error{"loading", "ERR filter is being restored with LOADCHUNK"}
 	ErrBadData        = &Error{"bad_data", "ERR received bad data"}
 	ErrClosed         = &Error{"closed", "ERR server is shutting down"}
+	// ErrOutcomeUnknown: a write was applied but could not be made durable
+	// (the log's fsync failed and no snapshot followed in time). It is
+	// never sent as a reply: RESP and HTTP close the connection without
+	// one, so that an error reply keeps meaning nothing changed.
+	ErrOutcomeUnknown = &Error{"outcome_unknown", "ERR the write's outcome is unknown: the log could not be synced"}
 	ErrNoConfirm      = &Error{"no_confirm", "ERR set has no confirm query"}
 	ErrRemoveFailed   = &Error{"remove_unsupported", "ERR filter cannot remove keys"}
 )

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // faultFS creates real segment files whose writes fail with ENOSPC while
@@ -14,7 +15,7 @@ import (
 // the middle of a write does), and whose fsyncs fail with EIO while
 // syncFails is set.
 type faultFS struct {
-	full, syncFails atomic.Bool
+	full, syncFails, createFails atomic.Bool
 }
 
 type faultFile struct {
@@ -23,6 +24,9 @@ type faultFile struct {
 }
 
 func (fs *faultFS) create(path string) (logFile, error) {
+	if fs.createFails.Load() {
+		return nil, &os.PathError{Op: "open", Path: path, Err: syscall.EIO}
+	}
 	f, err := osFS{}.create(path)
 	if err != nil {
 		return nil, err
@@ -155,10 +159,16 @@ func TestFullDisk(t *testing.T) {
 	}
 }
 
-// TestFsyncFailure: after a failed fsync, writes are refused (nothing since
-// the last good fsync is known to be on disk) until a snapshot holds
-// everything; then they resume, and nothing acknowledged is lost.
+// TestFsyncFailure: a write whose fsync fails has been applied, so it is
+// never answered with an error (an error reply means nothing changed): its
+// reply waits for the snapshot that recovers the log and acknowledges it,
+// or, when none comes in time, the outcome is unknown (the protocols close
+// the connection without a reply). Writes after the failure are refused
+// and change nothing until a snapshot holds everything; after a crash
+// every acknowledged write is there and no refused one.
 func TestFsyncFailure(t *testing.T) {
+	defer func(d time.Duration) { durableHold = d }(durableHold)
+	durableHold = 300 * time.Millisecond
 	dir := t.TempDir()
 	fs := &faultFS{}
 	s, err := Open(Config{DataDir: dir, Fsync: FsyncAlways, fs: fs})
@@ -168,19 +178,43 @@ func TestFsyncFailure(t *testing.T) {
 	if err := writeOps(s, 0); err != nil {
 		t.Fatal(err)
 	}
+	bfAdd := func(item string) error {
+		_, _, err := s.BFAdd("bf", [][]byte{[]byte(item)}, BloomParams{}, false)
+		return err
+	}
+	// The background snapshot (every second while the log is failed)
+	// recovers, and the held write is acknowledged.
+	durableHold = 10 * time.Second
 	fs.syncFails.Store(true)
-	if err := writeOps(s, 1); !errors.Is(err, ErrLogWrite) || !errors.Is(err, syscall.EIO) {
-		t.Fatalf("write whose fsync fails: %v, want ErrLogWrite wrapping EIO", err)
+	if err := bfAdd("held"); err != nil {
+		t.Fatalf("a write whose fsync failed, then recovered by a snapshot: %v, want an acknowledgement", err)
 	}
 	fs.syncFails.Store(false)
-	if err := writeOps(s, 2); !errors.Is(err, ErrLogWrite) {
-		t.Fatalf("write after a failed fsync, before a snapshot: %v, want ErrLogWrite", err)
+	if err := bfAdd("after"); err != nil {
+		t.Fatalf("a write after the recovery: %v", err)
 	}
-	if err := s.Snapshot(); err != nil {
-		t.Fatal(err)
+	// No snapshot can recover (no new log segment): the outcome is unknown,
+	// never ErrLogWrite alone; a later write is refused and changes nothing.
+	durableHold = 300 * time.Millisecond
+	fs.syncFails.Store(true)
+	fs.createFails.Store(true)
+	if err := bfAdd("unknown"); !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("a write whose fsync failed, no snapshot possible: %v, want ErrOutcomeUnknown", err)
 	}
-	if err := writeOps(s, 3); err != nil {
-		t.Fatalf("write after the recovering snapshot: %v", err)
+	if _, _, err := s.CFAdd("cf", [][]byte{[]byte("refused")}, CuckooParams{}, false, false); !errors.Is(err, ErrLogWrite) || errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("a write after a failed fsync, before a snapshot: %v, want ErrLogWrite", err)
+	}
+	if s.CFExists("cf", [][]byte{[]byte("refused")})[0] {
+		t.Fatal("a refused CF.ADD changed the filter")
+	}
+	fs.syncFails.Store(false)
+	fs.createFails.Store(false)
+	deadline := time.Now().Add(20 * time.Second)
+	for writeOps(s, 3) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("writes still refused 20 s after the disk recovered")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	crash(s)
 	r := openStore(t, Config{DataDir: dir})
@@ -189,5 +223,11 @@ func TestFsyncFailure(t *testing.T) {
 		if !r.BFExists("bf", item)[0] || !r.CFExists("cf", item)[0] || r.Type(fmt.Sprint("res-cf-", round)) != KindCuckoo {
 			t.Errorf("acknowledged writes of round %d lost", round)
 		}
+	}
+	if !r.BFExists("bf", [][]byte{[]byte("held")})[0] {
+		t.Error("the acknowledged held write was lost")
+	}
+	if r.CFExists("cf", [][]byte{[]byte("refused")})[0] {
+		t.Error("a refused write is there after the restart")
 	}
 }

@@ -503,13 +503,42 @@ func (s *Store) logRecord(r *record) (int64, error) {
 	return s.aof.append(r)
 }
 
+// durableHold bounds how long a write whose fsync failed waits for the
+// snapshot that makes it durable (the background tries one every second).
+// A variable for tests.
+var durableHold = 10 * time.Second
+
 // waitDurable waits until the log position pos is as durable as the fsync
 // policy requires before a write is acknowledged.
+//
+// A failed fsync comes after the write was applied and its record written:
+// the change shows at once and may be on disk. An error reply would say
+// nothing changed, so the reply waits instead for the snapshot that
+// recovers the log (it holds every applied write) and is then an
+// acknowledgement; when none comes within durableHold, or the store closes,
+// the error is ErrOutcomeUnknown, which the protocols answer by closing the
+// connection without a reply, as a crash would.
 func (s *Store) waitDurable(pos int64) error {
 	if s.aof == nil || s.cfg.Fsync != FsyncAlways {
 		return nil
 	}
-	return s.aof.syncTo(pos)
+	err := s.aof.syncTo(pos)
+	if err == nil {
+		return nil
+	}
+	done := s.aof.recovery()
+	if done == nil {
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
+	t := time.NewTimer(durableHold)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-s.stop:
+	case <-t.C:
+	}
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 }
 
 // remeasure updates the accounted size of o after a write that may have

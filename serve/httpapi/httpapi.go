@@ -208,6 +208,11 @@ var statusOf = map[string]int{
 }
 
 func writeServeError(w http.ResponseWriter, err error) {
+	if errors.Is(err, serve.ErrOutcomeUnknown) {
+		// Applied but not durable: an error status would say nothing
+		// changed. Abort the response (the connection closes), as a crash.
+		panic(http.ErrAbortHandler)
+	}
 	var se *serve.Error
 	if errors.As(err, &se) {
 		status := statusOf[se.Code]

@@ -130,7 +130,19 @@ func (c *conn) arityError(name string) {
 
 // replyErr writes err's RESP text: a *serve.Error's Msg, followed by the
 // cause when err wraps one after it (ErrLogWrite: why the log failed).
+//
+// A write whose outcome is unknown (serve.ErrOutcomeUnknown: applied, but
+// the log could not be synced) gets no reply: the connection closes after
+// the replies before it, as at a crash, because an error reply would say
+// nothing changed.
 func (c *conn) replyErr(err error) {
+	if errors.Is(err, serve.ErrOutcomeUnknown) {
+		c.s.cfg.Logger.Error("resp: closing the connection without a reply: a write's outcome is unknown", "remote", c.nc.RemoteAddr(), "err", err)
+		c.quit = true
+		c.w.bw.Flush()
+		c.nc.Close()
+		return
+	}
 	var se *serve.Error
 	if errors.As(err, &se) {
 		if full := err.Error(); se == serve.ErrLogWrite && strings.HasPrefix(full, se.Msg) {
