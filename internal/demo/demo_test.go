@@ -32,8 +32,12 @@ func checkResult(t *testing.T, r *Result, cfg Config) {
 	if r.QueriesAvoidedRatio < cfg.MissRatio-tol-cfg.FPRate || r.QueriesAvoidedRatio > cfg.MissRatio+tol {
 		t.Fatalf("queries avoided %.4f for miss ratio %.2f over %.0f lookups", r.QueriesAvoidedRatio, cfg.MissRatio, n)
 	}
-	if r.ObservedFPRate > 1.5*cfg.FPRate+0.002 {
-		t.Fatalf("observed FP %.5f, configured %g", r.ObservedFPRate, cfg.FPRate)
+	// The observed rate is a sample of the run's misses, which a loaded
+	// machine keeps small (300 ms): allow five standard deviations of it.
+	misses := n * cfg.MissRatio
+	fpTol := 5 * math.Sqrt(cfg.FPRate*(1-cfg.FPRate)/misses)
+	if r.ObservedFPRate > 1.5*cfg.FPRate+0.002+fpTol {
+		t.Fatalf("observed FP %.5f over about %.0f misses, configured %g", r.ObservedFPRate, misses, cfg.FPRate)
 	}
 	if r.FilterKeys != uint64(cfg.Users) || r.FilterBytes == 0 || r.WarmSeconds <= 0 {
 		t.Fatalf("filter fields: %+v", r)
