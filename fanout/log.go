@@ -74,8 +74,9 @@ type Lease interface {
 // and its snapshot objects.
 type Store interface {
 	// Get returns key's value and revision, or an error wrapping
-	// ErrNotFound. It may answer a moment behind the latest write (a
-	// replica serving reads: JetStream's direct gets).
+	// ErrNotFound. It shows every Put that completed before it began (an
+	// instance bounds the heartbeat's freshness on that): not a replica's
+	// read that may lag.
 	Get(ctx context.Context, key string) ([]byte, uint64, error)
 	// Put writes key's value.
 	Put(ctx context.Context, key string, val []byte) error

@@ -107,7 +107,8 @@ type Set struct {
 	pos     js.KeyValue
 	lease   js.KeyValue
 	objects js.ObjectStore
-	objStr  js.Stream // the object store's stream, read by sequence
+	objStr  js.Stream             // the object store's stream, read by sequence
+	leader  nats.JetStreamContext // reads the position bucket from its stream's leader
 }
 
 // Open creates the set's stream, buckets and object store if they do not
@@ -157,6 +158,20 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 	}
 	if s.objStr, err = j.Stream(ctx, "OBJ_BG_"+cfg.Set+"_snap"); err != nil {
 		return nil, fmt.Errorf("jetstream: object store BG_%s_snap: %w", cfg.Set, err)
+	}
+	// The client reads a bucket by direct gets, which any replica answers,
+	// a lagging one too; the heartbeat's freshness bound needs a read that
+	// shows every write completed before it began, so Store.Get asks the
+	// stream's leader (the older client API does that unless told not to).
+	var lopts []nats.JSOpt
+	switch o := j.Options(); {
+	case o.Domain != "":
+		lopts = append(lopts, nats.Domain(o.Domain))
+	case o.APIPrefix != "":
+		lopts = append(lopts, nats.APIPrefix(o.APIPrefix))
+	}
+	if s.leader, err = j.Conn().JetStream(lopts...); err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	return s, nil
 }
@@ -508,15 +523,21 @@ type jsStore Set
 
 var _ fanout.Store = (*jsStore)(nil)
 
+// Get reads key from the position bucket's stream leader (see Open): a
+// value, once written, is never followed by an older one.
 func (s *jsStore) Get(ctx context.Context, key string) ([]byte, uint64, error) {
-	e, err := s.pos.Get(ctx, key)
-	if errors.Is(err, js.ErrKeyNotFound) {
+	bucket := "BG_" + s.cfg.Set + "_pos"
+	m, err := s.leader.GetLastMsg("KV_"+bucket, "$KV."+bucket+"."+key, nats.Context(ctx))
+	if errors.Is(err, nats.ErrMsgNotFound) {
 		return nil, 0, fmt.Errorf("%w: %s", fanout.ErrNotFound, key)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("jetstream: %s: %w", key, err)
 	}
-	return e.Value(), e.Revision(), nil
+	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		return nil, 0, fmt.Errorf("%w: %s (deleted)", fanout.ErrNotFound, key)
+	}
+	return m.Data, m.Sequence, nil
 }
 
 func (s *jsStore) Put(ctx context.Context, key string, val []byte) error {
