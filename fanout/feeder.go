@@ -181,6 +181,11 @@ type publisher struct {
 	lease  Lease
 	cancel context.CancelFunc // ends the term
 
+	// leaseMu serialises Renew: the holder's renewals and an append that
+	// was fenced both renew, and a Lease serves one caller at a time (two
+	// renewals of the same revision at once would find the lease lost).
+	leaseMu sync.Mutex
+
 	mu        sync.Mutex
 	marks     []mark // position → cursor after it, increasing
 	published changefeed.Position
@@ -239,7 +244,7 @@ func (p *publisher) hold(ctx context.Context) {
 		case <-t.C:
 		}
 		rctx, cancel := context.WithTimeout(ctx, ttl/4)
-		err := p.lease.Renew(rctx)
+		err := p.renew(rctx)
 		cancel()
 		switch {
 		case err == nil:
@@ -256,6 +261,13 @@ func (p *publisher) hold(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// renew renews the lease, one call at a time.
+func (p *publisher) renew(ctx context.Context) error {
+	p.leaseMu.Lock()
+	defer p.leaseMu.Unlock()
+	return p.lease.Renew(ctx)
 }
 
 // heartbeat writes the heartbeat every HeartbeatInterval, and at once after
@@ -612,7 +624,7 @@ func (p *publisher) append(ctx context.Context, after Cursor, data []byte, end c
 		}
 		if errors.Is(err, ErrFenced) {
 			rctx, cancel := context.WithTimeout(ctx, p.f.b.LeaseTTL/4)
-			lerr := p.lease.Renew(rctx)
+			lerr := p.renew(rctx)
 			cancel()
 			if lerr != nil {
 				p.cancel()

@@ -56,7 +56,8 @@ type Log interface {
 	Read(ctx context.Context, after Cursor, fn func(Entry) error) error
 }
 
-// Lease picks the one feeder of a set. A Lease value serves one feeder.
+// Lease picks the one feeder of a set. A Lease value serves one feeder,
+// one call at a time (the engine serialises its calls).
 type Lease interface {
 	// Acquire takes the lease for holder if no one holds it, for the
 	// adapter's lease TTL, and returns its term: larger than every term
