@@ -70,11 +70,7 @@ func runRecipe(t *testing.T, prog, ext, prelude, recipe, driver string, args ...
 
 func phpRedis(t *testing.T) string {
 	t.Helper()
-	php := testsvc.Binary(t, "php")
-	if out, _ := exec.Command(php, "-m").Output(); !strings.Contains(string(out), "redis") {
-		testsvc.Unavailable(t, "phpredis missing (Debian php-redis)")
-	}
-	return php
+	return testsvc.PHPExtension(t, "redis", "php-redis")
 }
 
 // phpChecks are the driver's helpers: check, and refused, which calls f and
@@ -283,9 +279,7 @@ set users {
 
 	t.Run("PHP", func(t *testing.T) {
 		php := phpRedis(t)
-		if out, _ := exec.Command(php, "-m").Output(); !strings.Contains(string(out), "pdo_pgsql") {
-			testsvc.Unavailable(t, "PDO's PostgreSQL driver missing (Debian php-pgsql)")
-		}
+		testsvc.PHPExtension(t, "pdo_pgsql", "php-pgsql")
 		clients := atPort(t, docBlock(t, "docs/serve.md", "## Clients", "php"), port) // bg()
 		block := docBlock(t, "docs/serve.md", "## Read your writes", "php")
 		prelude := fmt.Sprintf("<?php\n$pdo = new PDO('pgsql:host=%s;port=%d;dbname=%s;user=%s');\n"+
@@ -314,9 +308,7 @@ check(false, 'on a server without the set: the error reply passed in silence');
 	})
 	t.Run("Python", func(t *testing.T) {
 		py := python(t)
-		if out, err := exec.Command(py, "-c", "import psycopg").CombinedOutput(); err != nil {
-			testsvc.Unavailable(t, "psycopg missing for %s (Debian python3-psycopg): %v %s", py, err, out)
-		}
+		testsvc.PythonModule(t, "python3-psycopg", "psycopg")
 		block := docBlock(t, "docs/serve.md", "## Read your writes", "python")
 		indent := func(s string) string {
 			return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ") + "\n"

@@ -24,11 +24,7 @@ import (
 // testsvc's policy (skip, or fail under BLOOMGATE_REQUIRE_SERVICES=1).
 func python(t *testing.T) string {
 	t.Helper()
-	py := testsvc.Binary(t, "/usr/bin/python3")
-	if out, err := exec.Command(py, "-c", "import redis").CombinedOutput(); err != nil {
-		testsvc.Unavailable(t, "redis-py missing for %s (Debian python3-redis): %v %s", py, err, out)
-	}
-	return py
+	return testsvc.PythonModule(t, "python3-redis", "redis")
 }
 
 // runScript starts the built binary and runs a client script against it:
@@ -82,10 +78,7 @@ func TestExpiringPythonJWT(t *testing.T) {
 // TestExpiringPHPJWT runs the JWT revocation recipe with phpredis on the
 // built binary (jwt.php).
 func TestExpiringPHPJWT(t *testing.T) {
-	php := testsvc.Binary(t, "php")
-	if out, _ := exec.Command(php, "-m").Output(); !strings.Contains(string(out), "redis") {
-		testsvc.Unavailable(t, "phpredis missing (Debian php-redis)")
-	}
+	php := testsvc.PHPExtension(t, "redis", "php-redis")
 	runScript(t, php, "testdata/expiring/jwt.php")
 }
 

@@ -496,9 +496,7 @@ SELECT email, name FROM users WHERE email = 'nobody3@example.com';
 		}
 	})
 	t.Run("psycopg2", func(t *testing.T) {
-		if err := exec.Command("/usr/bin/python3", "-c", "import psycopg2").Run(); err != nil {
-			testsvc.Unavailable(t, "psycopg2 (Debian python3-psycopg2): %v", err)
-		}
+		testsvc.PythonModule(t, "python3-psycopg2", "psycopg2")
 		py := func(h, p, who string) string {
 			return run(t, "/usr/bin/python3", "testdata/pgwire/client.py", fmt.Sprintf("host=%s port=%s user=%s dbname=%s", h, p, f.pg.User, f.pg.Database), who)
 		}
@@ -510,9 +508,7 @@ SELECT email, name FROM users WHERE email = 'nobody3@example.com';
 		}
 	})
 	t.Run("sqlalchemy", func(t *testing.T) {
-		if err := exec.Command("/usr/bin/python3", "-c", "import sqlalchemy, psycopg2").Run(); err != nil {
-			testsvc.Unavailable(t, "SQLAlchemy (Debian python3-sqlalchemy): %v", err)
-		}
+		testsvc.PythonModule(t, "python3-sqlalchemy python3-psycopg2", "sqlalchemy", "psycopg2")
 		defer answered(t, f.metric(t, "bloomgate_pgwire_answered_total", `statement="3"`), `statement="3"`)
 		orm := func(h, p, who string) string {
 			return run(t, "/usr/bin/python3", "testdata/pgwire/orm.py", fmt.Sprintf("postgresql+psycopg2://%s@%s:%s/%s", f.pg.User, h, p, f.pg.Database), who)
@@ -525,9 +521,7 @@ SELECT email, name FROM users WHERE email = 'nobody3@example.com';
 	})
 	for _, emulate := range []string{"native", "emulated"} {
 		t.Run("pdo-"+emulate, func(t *testing.T) {
-			if out, err := exec.Command("php", "-r", "exit(in_array('pgsql', PDO::getAvailableDrivers()) ? 0 : 1);").CombinedOutput(); err != nil {
-				testsvc.Unavailable(t, "PHP PDO_pgsql (Debian php-pgsql): %v %s", err, out)
-			}
+			testsvc.PHPExtension(t, "pdo_pgsql", "php-pgsql")
 			php := func(h, p, who string) string {
 				return run(t, "php", "testdata/pgwire/client.php", fmt.Sprintf("pgsql:host=%s;port=%s;dbname=%s", h, p, f.pg.Database), f.pg.User, emulate, who)
 			}

@@ -20,10 +20,13 @@ package testsvc
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -216,4 +219,29 @@ func ping(addr, send, want string) error {
 		return fmt.Errorf("answered %q, want %q", strings.TrimSpace(line), want)
 	}
 	return nil
+}
+
+// PythonModule returns /usr/bin/python3 after checking that it imports each
+// of modules, or ends the test by the policy of Unavailable naming the Debian
+// package (pkg) that provides them.
+func PythonModule(t testing.TB, pkg string, modules ...string) string {
+	t.Helper()
+	py := Binary(t, "/usr/bin/python3")
+	if out, err := exec.Command(py, "-c", "import "+strings.Join(modules, ", ")).CombinedOutput(); err != nil {
+		Unavailable(t, "Python module %s missing for %s (Debian %s): %v %s", strings.Join(modules, ", "), py, pkg, err, bytes.TrimSpace(out))
+	}
+	return py
+}
+
+// PHPExtension returns the php binary after checking that it loads the
+// extension ext (as `php -m` lists it), or ends the test by the policy of
+// Unavailable naming the Debian package (pkg) that provides it.
+func PHPExtension(t testing.TB, ext, pkg string) string {
+	t.Helper()
+	php := Binary(t, "php")
+	out, err := exec.Command(php, "-m").Output()
+	if err != nil || !slices.Contains(strings.Fields(string(out)), ext) {
+		Unavailable(t, "PHP extension %s missing (Debian %s): %v", ext, pkg, err)
+	}
+	return php
 }

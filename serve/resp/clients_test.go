@@ -62,10 +62,7 @@ func run(t *testing.T, name string, args ...string) string {
 }
 
 func TestPHPClient(t *testing.T) {
-	php := needBinary(t, "php")
-	if out, _ := exec.Command(php, "-m").Output(); !strings.Contains(string(out), "redis") {
-		t.Skip("no phpredis")
-	}
+	php := testsvc.PHPExtension(t, "redis", "php-redis")
 	host, port, _ := usersServer(t)
 	t.Run("email uniqueness", func(t *testing.T) {
 		out := run(t, php, "testdata/clients/email_uniqueness.php", host, port, testPassword, "user42@example.com", "new-user@example.com")
@@ -77,10 +74,7 @@ func TestPHPClient(t *testing.T) {
 }
 
 func TestPythonClient(t *testing.T) {
-	py := needBinary(t, "/usr/bin/python3")
-	if err := exec.Command(py, "-c", "import redis").Run(); err != nil {
-		t.Fatalf("redis-py missing for /usr/bin/python3 (Debian python3-redis): %v", err)
-	}
+	py := testsvc.PythonModule(t, "python3-redis", "redis")
 	host, port, dbPath := usersServer(t)
 	t.Log(run(t, py, "testdata/clients/readthrough.py", host, port, testPassword, dbPath, "user42@example.com"))
 }
