@@ -49,12 +49,13 @@ func runScript(t *testing.T, prog, script string, args ...string) {
 // the built binary, with the real clock and short TTLs, and checks
 // continuously that no live id is reported absent, that expired ids drop
 // out, and that memory stays flat under churn (churn.py). 1 M ids, 30 s max
-// TTL; 20,000 ids, 8 s max TTL with -short.
+// TTL; 20,000 ids, 5 s max TTL with -short.
 func TestExpiringRedisPy(t *testing.T) {
+	t.Parallel() // mostly waiting out real expiries: overlap them
 	py := python(t)
 	n, maxTTL := "1000000", "30"
 	if testing.Short() {
-		n, maxTTL = "20000", "8"
+		n, maxTTL = "20000", "5"
 	}
 	runScript(t, py, "testdata/expiring/churn.py", n, maxTTL)
 }
@@ -72,12 +73,14 @@ func vmRSS(pid int) string {
 // TestExpiringPythonJWT runs the JWT revocation recipe with redis-py on the
 // built binary (jwt.py).
 func TestExpiringPythonJWT(t *testing.T) {
+	t.Parallel() // mostly waiting out real expiries: overlap them
 	runScript(t, python(t), "testdata/expiring/jwt.py")
 }
 
 // TestExpiringPHPJWT runs the JWT revocation recipe with phpredis on the
 // built binary (jwt.php).
 func TestExpiringPHPJWT(t *testing.T) {
+	t.Parallel() // mostly waiting out real expiries: overlap them
 	php := testsvc.PHPExtension(t, "redis", "php-redis")
 	runScript(t, php, "testdata/expiring/jwt.php")
 }
@@ -93,6 +96,7 @@ type revocation struct {
 // checks that every acknowledged revocation still live is present and that
 // those whose window ended during the downtime did not come back.
 func TestExpiringKill9(t *testing.T) {
+	t.Parallel() // mostly waiting out real expiries: overlap them
 	bin := buildBinary(t)
 	for _, policy := range []string{"always", "everysec"} {
 		t.Run(policy, func(t *testing.T) {
