@@ -19,7 +19,7 @@ import (
 // 3-node cluster with replicated assets.
 func TestConformance(t *testing.T) {
 	testsvc.Short(t, "starts a NATS cluster")
-	cl := testsvc.NewNATSCluster(t)
+	cl := testsvc.SharedNATSCluster(t)
 	ctx := context.Background()
 	nc, err := connect(ctx, cl.URLs())
 	if err != nil {

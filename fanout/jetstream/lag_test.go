@@ -48,7 +48,7 @@ type inProcess struct {
 
 func startInProcess(t *testing.T, preRows int, capacity uint64) *inProcess {
 	t.Helper()
-	cl := testsvc.NewNATSCluster(t)
+	cl := testsvc.SharedNATSCluster(t) // no test of an inProcess kills a node
 	pg := fanouttest.NewPG(t, preRows)
 	ctx, cancel := context.WithCancel(context.Background())
 	nc, err := connect(ctx, cl.URLs())

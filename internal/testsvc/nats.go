@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -50,6 +51,60 @@ func NewNATSCluster(t testing.TB) *NATSCluster {
 	}
 	t.Fatalf("testsvc: no healthy NATS cluster after 3 starts: %s", last)
 	return nil
+}
+
+var (
+	sharedNATSMu  sync.Mutex
+	sharedNATS    *NATSCluster
+	sharedNATSDir string
+	sharedNATSErr error
+)
+
+// SharedNATSCluster returns the test binary's one 3-node cluster, started
+// on first use and stopped when Main returns, for tests that never kill or
+// restart a node (those start their own with NewNATSCluster): a cluster's
+// start, mostly its meta-leader election, costs seconds per test. Tests
+// give their streams and buckets unique names and delete them.
+func SharedNATSCluster(t testing.TB) *NATSCluster {
+	t.Helper()
+	if !mainActive.Load() {
+		t.Fatal("testsvc: SharedNATSCluster needs the package's tests run through testsvc.Main (a TestMain calling it)")
+	}
+	bin := Binary(t, "nats-server")
+	sharedNATSMu.Lock()
+	defer sharedNATSMu.Unlock()
+	if sharedNATS == nil && sharedNATSErr == nil {
+		sharedNATSDir, sharedNATSErr = os.MkdirTemp("", "bloomgate-testnats")
+		for attempt := 0; sharedNATSErr == nil && attempt < 3; attempt++ {
+			c := &NATSCluster{bin: bin, dir: filepath.Join(sharedNATSDir, fmt.Sprint("nats", attempt))}
+			err := c.launch()
+			if err == nil {
+				sharedNATS = c
+				break
+			}
+			c.stopAll()
+			if attempt == 2 {
+				sharedNATSErr = fmt.Errorf("no healthy NATS cluster after 3 starts: %v", err)
+			}
+		}
+	}
+	if sharedNATSErr != nil {
+		t.Fatalf("testsvc: shared NATS cluster: %v", sharedNATSErr)
+	}
+	return sharedNATS
+}
+
+// stopSharedNATS stops the shared cluster, if one was started.
+func stopSharedNATS() {
+	sharedNATSMu.Lock()
+	defer sharedNATSMu.Unlock()
+	if sharedNATS != nil {
+		sharedNATS.stopAll()
+		sharedNATS = nil
+	}
+	if sharedNATSDir != "" {
+		os.RemoveAll(sharedNATSDir)
+	}
 }
 
 func (c *NATSCluster) launch() error {

@@ -135,6 +135,7 @@ func Main(m *testing.M, after ...func()) {
 		f()
 	}
 	stopShared()
+	stopSharedNATS()
 	os.Exit(code)
 }
 
