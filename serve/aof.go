@@ -34,7 +34,7 @@ const (
 // ErrLogWrite reports a write refused because its log record could not be
 // written or synced: it was not applied and is not acknowledged. The text
 // is Redis' reply to a failed AOF write; the cause follows it.
-var ErrLogWrite = &Error{"log_write", "MISCONF Errors writing to the AOF file"}
+var ErrLogWrite = &Error{Code: CodeLogWrite, Msg: "errors writing to the log"}
 
 // logFile is what the log needs of a segment file.
 type logFile interface {

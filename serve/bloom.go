@@ -26,7 +26,7 @@ type BloomParams struct {
 	// but grows by 64: already the second sub-filter then holds 4096 times
 	// the first).
 	Expansion uint32
-	// NonScaling makes the filter refuse items (ErrNonScalingFull) once it
+	// NonScaling makes the filter refuse items (ErrFull) once it
 	// holds Capacity, instead of growing. RedisBloom's EXPANSION 0 means this.
 	NonScaling bool
 }
@@ -110,7 +110,7 @@ func (s *Store) BFReserve(name string, p BloomParams) error {
 // noCreate is set (then a missing key is ErrNotFound). added[i] reports
 // whether item i was new (no earlier item set all its bits). When the
 // filter refuses an item, added ends before it and stop says why
-// (ErrNonScalingFull); later items are not processed. err reports a
+// (ErrFull); later items are not processed. err reports a
 // failure of the whole command (ErrWrongType, ErrNotFound, ErrOOM).
 //
 // On a table-backed set the items are added to its gate (call it before the
@@ -212,9 +212,9 @@ func (o *object) bloomAdd(hs []uint64, buf []bool) (added []bool, stop error) {
 	o.countNew(added)
 	if err != nil {
 		if errors.Is(err, filter.ErrFull) && o.meta.bloom.NonScaling {
-			return added, ErrNonScalingFull
+			return added, ErrFull
 		}
-		return added, ErrBFInsert
+		return added, ErrGrowthLimit
 	}
 	return added, nil
 }

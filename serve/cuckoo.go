@@ -58,7 +58,7 @@ func (p CuckooParams) check() error {
 	case p.MaxIterations < 1 || p.MaxIterations > 65535:
 		return ErrBadMaxIterations
 	case p.Expansion < 0 || p.Expansion > 32768:
-		return ErrBadCuckooExpansion
+		return ErrBadExpansion
 	case p.Capacity < 2*uint64(p.BucketSize) || p.Capacity > 1<<30:
 		return ErrBadCuckooCapacity
 	}
@@ -126,8 +126,8 @@ func (s *Store) CFReserve(name string, p CuckooParams) error {
 // CF.INSERT, CF.INSERTNX), creating it with create's parameters unless
 // noCreate is set. With nx, an item the filter may already hold is not
 // inserted. res[i] is 1 when item i was inserted, 0 when it was skipped (nx)
-// and -1 when the filter had no room; full is then ErrCFFull or
-// ErrCFMaxExpansion, for single-item commands.
+// and -1 when the filter had no room; full is then ErrFull or
+// ErrGrowthLimit, for single-item commands.
 //
 // On a table-backed set the items are added to its gate: res[i] is 1, or 0
 // with nx when the gate already reports the item as maybe present.
@@ -184,9 +184,9 @@ func (o *object) cuckooAdd(hashes []uint64, nx bool) (res []int, full error) {
 	for i, h := range hashes {
 		res[i] = o.cuckooAddHash(h, nx)
 		if res[i] < 0 {
-			full = ErrCFFull
+			full = ErrFull
 			if o.meta.cuckoo.maxFilters() > 1 {
-				full = ErrCFMaxExpansion
+				full = ErrGrowthLimit
 			}
 		}
 	}
@@ -266,7 +266,7 @@ func (s *Store) CFCount(name string, item []byte) int {
 }
 
 // CFDel removes one copy of item from the cuckoo key name and reports
-// whether it did. A missing key is ErrCFNotFound. When the filter cannot
+// whether it did. A missing key is ErrNotFound. When the filter cannot
 // tell the item's copy from another item's (a fingerprint match in more than
 // one sub-filter), nothing is removed and CFDel returns false, so no other
 // item becomes a false negative.
@@ -284,7 +284,7 @@ func (s *Store) CFDel(name string, item []byte) (bool, error) {
 		o, kind := s.lookup(name)
 		switch kind {
 		case KindNone:
-			return false, ErrCFNotFound
+			return false, ErrNotFound
 		case KindBloom, KindExpiring:
 			return false, ErrWrongType
 		}

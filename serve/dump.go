@@ -88,7 +88,7 @@ func (s *Store) LoadChunk(name string, kind Kind, iter int64, data []byte) error
 	off := iter - 1 - int64(len(data))
 	if off != int64(len(pl.buf)) || uint64(len(pl.buf))+uint64(len(data)) > pl.total {
 		s.mu.Unlock()
-		return &Error{"bad_data", "ERR invalid offset - no link found"}
+		return ErrBadOffset
 	}
 	pl.buf = append(pl.buf, data...)
 	if uint64(len(pl.buf)) < pl.total {

@@ -1,64 +1,150 @@
 package serve
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
-// Error is an error with the exact text RedisBloom replies with (without the
-// RESP "-" prefix) and a stable code for the HTTP API. Errors are compared
-// with errors.Is against the sentinels below.
+// Code says what went wrong, independent of any protocol: each front end
+// (serve/resp, serve/httpapi, serve/pgwire) spells a code its own way.
+type Code uint8
+
+// Error codes. The zero Code is CodeInternal.
+const (
+	CodeInternal          Code = iota // an unexpected failure
+	CodeNotFound                      // the key does not exist
+	CodeExists                        // the key (or, for a restore, the data) exists already
+	CodeWrongType                     // the key holds another kind of filter
+	CodeFull                          // a filter that may not grow holds its capacity
+	CodeGrowthLimit                   // a growing filter cannot grow further
+	CodeOOM                           // past Config.MaxMemory
+	CodeReadOnly                      // a table-backed set cannot be created, deleted or restored
+	CodeNotSet                        // no table-backed set of that name
+	CodeLoading                       // the key is being restored
+	CodeBadData                       // a restore's data is malformed
+	CodeBadOffset                     // a restore's chunk does not continue the data received
+	CodeClosed                        // the store is closing
+	CodeOutcomeUnknown                // applied, but not made durable
+	CodeNoConfirm                     // the set has no confirm query
+	CodeRemoveUnsupported             // the filter cannot remove items
+	CodeBadArgument                   // a parameter out of range (Error.Param names it)
+	CodeLogWrite                      // the log could not take the write; nothing changed
+	CodeNoPosition                    // the set does not follow a change feed
+	CodeBadPosition                   // a position that cannot be parsed
+	CodeAddFailed                     // a table-backed set's gate refused an item
+	CodeConfirmFailed                 // the confirm query failed
+	CodeClock                         // the server's clock is out of range
+)
+
+var codeNames = [...]string{
+	CodeInternal:          "internal",
+	CodeNotFound:          "not_found",
+	CodeExists:            "exists",
+	CodeWrongType:         "wrong_type",
+	CodeFull:              "full",
+	CodeGrowthLimit:       "growth_limit",
+	CodeOOM:               "oom",
+	CodeReadOnly:          "read_only",
+	CodeNotSet:            "not_set",
+	CodeLoading:           "loading",
+	CodeBadData:           "bad_data",
+	CodeBadOffset:         "bad_offset",
+	CodeClosed:            "closed",
+	CodeOutcomeUnknown:    "outcome_unknown",
+	CodeNoConfirm:         "no_confirm",
+	CodeRemoveUnsupported: "remove_unsupported",
+	CodeBadArgument:       "bad_argument",
+	CodeLogWrite:          "log_write",
+	CodeNoPosition:        "no_position",
+	CodeBadPosition:       "bad_position",
+	CodeAddFailed:         "add_failed",
+	CodeConfirmFailed:     "confirm_failed",
+	CodeClock:             "clock",
+}
+
+// String returns the code's name in snake case ("wrong_type").
+func (c Code) String() string {
+	if int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return fmt.Sprintf("Code(%d)", uint8(c))
+}
+
+// Param names the parameter a CodeBadArgument error is about.
+type Param uint8
+
+// Parameters.
+const (
+	ParamNone Param = iota
+	ParamErrorRate
+	ParamCapacity
+	ParamExpansion
+	ParamBucketSize
+	ParamMaxIterations
+	ParamMaxTTL
+	ParamGenerations
+	ParamExpiry
+)
+
+// Error is an error of the keyspace: a Code, the parameter it is about (for
+// CodeBadArgument) and a message that names no protocol. Errors are
+// compared with errors.Is against the sentinels below, or matched by Code
+// with errors.As.
 type Error struct {
-	// Code is the stable, machine-readable name used by the HTTP API.
-	Code string
-	// Msg is the reply text on the Redis protocol.
-	Msg string
+	Code  Code
+	Param Param
+	Msg   string
 }
 
 func (e *Error) Error() string { return e.Msg }
 
-// Sentinel errors. Their Msg is RedisBloom's reply text, byte for byte where
-// RedisBloom defines one.
+// CodeOf returns the Code of the *Error err wraps, and CodeInternal when it
+// wraps none.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// Sentinel errors.
 var (
-	ErrNotFound       = &Error{"not_found", "ERR not found"}
-	ErrCFNotFound     = &Error{"not_found", "Not found"}
-	ErrExists         = &Error{"exists", "ERR item exists"}
-	ErrWrongType      = &Error{"wrong_type", "WRONGTYPE Operation against a key holding the wrong kind of value"}
-	ErrNonScalingFull = &Error{"full", "ERR non scaling filter is full"}
-	ErrBFInsert       = &Error{"full", "ERR problem inserting into filter"}
-	ErrCFFull         = &Error{"full", "Filter is full"}
-	ErrCFMaxExpansion = &Error{"full", "Maximum expansions reached"}
-	ErrOOM            = &Error{"oom", "OOM command not allowed when used memory > 'maxmemory'."}
-	ErrSetReadOnly    = &Error{"read_only", "ERR table-backed set cannot be created, deleted or restored"}
-	ErrNotSet         = &Error{"not_set", "ERR no such table-backed set"}
-	ErrLoading        = &Error{"loading", "ERR filter is being restored with LOADCHUNK"}
-	ErrBadData        = &Error{"bad_data", "ERR received bad data"}
-	ErrClosed         = &Error{"closed", "ERR server is shutting down"}
+	ErrNotFound    = &Error{Code: CodeNotFound, Msg: "not found"}
+	ErrExists      = &Error{Code: CodeExists, Msg: "item exists"}
+	ErrWrongType   = &Error{Code: CodeWrongType, Msg: "the key holds another kind of filter"}
+	ErrFull        = &Error{Code: CodeFull, Msg: "the filter is full and may not grow"}
+	ErrGrowthLimit = &Error{Code: CodeGrowthLimit, Msg: "the filter cannot grow further"}
+	ErrOOM         = &Error{Code: CodeOOM, Msg: "past the memory limit (maxmemory)"}
+	ErrSetReadOnly = &Error{Code: CodeReadOnly, Msg: "a table-backed set cannot be created, deleted or restored"}
+	ErrNotSet      = &Error{Code: CodeNotSet, Msg: "no such table-backed set"}
+	ErrLoading     = &Error{Code: CodeLoading, Msg: "the key is being restored"}
+	ErrBadData     = &Error{Code: CodeBadData, Msg: "bad restore data"}
+	ErrBadOffset   = &Error{Code: CodeBadOffset, Msg: "restore chunk out of order"}
+	ErrClosed      = &Error{Code: CodeClosed, Msg: "server is shutting down"}
 	// ErrOutcomeUnknown: a write was applied but could not be made durable
 	// (the log's fsync failed and no snapshot followed in time). It is
 	// never sent as a reply: RESP and HTTP close the connection without
 	// one, so that an error reply keeps meaning nothing changed.
-	ErrOutcomeUnknown = &Error{"outcome_unknown", "ERR the write's outcome is unknown: the log could not be synced"}
-	ErrNoConfirm      = &Error{"no_confirm", "ERR set has no confirm query"}
-	ErrRemoveFailed   = &Error{"remove_unsupported", "ERR filter cannot remove keys"}
+	ErrOutcomeUnknown = &Error{Code: CodeOutcomeUnknown, Msg: "the write's outcome is unknown: the log could not be synced"}
+	ErrNoConfirm      = &Error{Code: CodeNoConfirm, Msg: "set has no confirm query"}
+	ErrRemoveFailed   = &Error{Code: CodeRemoveUnsupported, Msg: "filter cannot remove keys"}
 )
 
-// Parameter range errors, with BF.RESERVE's and CF.RESERVE's texts. Every
-// parameter is checked here, once, for RESP and HTTP alike; a command whose
-// RedisBloom text differs (BF.INSERT's "Bad capacity") matches these with
-// errors.Is and replies its own.
+// Parameter range errors. Every parameter is checked here, once, for every
+// front end; each spells them its own way (serve/resp with RedisBloom's
+// texts).
 var (
-	ErrBadErrorRate       = &Error{"bad_argument", "ERR error rate must be in the range (0.000000, 1.000000)"}
-	ErrBadCapacity        = &Error{"bad_argument", "ERR capacity must be in the range [1, 1073741824]"}
-	ErrBadExpansion       = &Error{"bad_argument", "ERR expansion must be in the range [0, 32768]"}
-	ErrBadBucketSize      = &Error{"bad_argument", "BUCKETSIZE: value must be in the range [1, 255]"}
-	ErrBadMaxIterations   = &Error{"bad_argument", "MAXITERATIONS: value must be in the range [1, 65535]"}
-	ErrBadCuckooExpansion = &Error{"bad_argument", "EXPANSION: value must be in the range [0, 32768]"}
-	ErrBadCuckooCapacity  = &Error{"bad_argument", "Capacity must be in the range [2 * BUCKETSIZE, 1073741824]"}
+	ErrBadErrorRate      = &Error{Code: CodeBadArgument, Param: ParamErrorRate, Msg: "error rate must be in the range (0.000000, 1.000000)"}
+	ErrBadCapacity       = &Error{Code: CodeBadArgument, Param: ParamCapacity, Msg: "capacity must be in the range [1, 1073741824]"}
+	ErrBadExpansion      = &Error{Code: CodeBadArgument, Param: ParamExpansion, Msg: "expansion must be in the range [0, 32768]"}
+	ErrBadBucketSize     = &Error{Code: CodeBadArgument, Param: ParamBucketSize, Msg: "bucket size must be in the range [1, 255]"}
+	ErrBadMaxIterations  = &Error{Code: CodeBadArgument, Param: ParamMaxIterations, Msg: "max iterations must be in the range [1, 65535]"}
+	ErrBadCuckooCapacity = &Error{Code: CodeBadArgument, Param: ParamCapacity, Msg: "capacity must be in the range [2 × bucket size, 1073741824]"}
 )
 
-// argError returns an *Error for a bad argument with RedisBloom's text.
-func argError(msg string) error { return &Error{"bad_argument", msg} }
+// argError returns a CodeBadArgument *Error about p.
+func argError(p Param, msg string) error { return &Error{Code: CodeBadArgument, Param: p, Msg: msg} }
 
 // IsArgError reports whether err is a bad-argument error.
-func IsArgError(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Code == "bad_argument"
-}
+func IsArgError(err error) bool { return CodeOf(err) == CodeBadArgument }

@@ -47,7 +47,7 @@ func newObject(name string, m meta, now func() time.Time) (*object, error) {
 		o.cf, err = m.cuckoo.build()
 	}
 	if err != nil {
-		return nil, &Error{"bad_argument", "ERR could not create filter"}
+		return nil, &Error{Code: CodeBadArgument, Msg: "could not create filter"}
 	}
 	o.filters = o.subFilters()
 	o.bytes = o.sizeBytes()

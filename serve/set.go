@@ -99,10 +99,10 @@ type SetStatus struct {
 var (
 	// ErrNoPosition: the set does not follow a change feed, so a position
 	// cannot be honoured; use BG.EXISTS (it confirms every answer).
-	ErrNoPosition = &Error{"no_position", "ERR set does not follow a change feed (follow no): it has no position; use BG.EXISTS"}
+	ErrNoPosition = &Error{Code: CodeNoPosition, Msg: "set does not follow a change feed (follow no): it has no position"}
 	// ErrBadPosition: the position is neither a PostgreSQL LSN (16/B374D848)
 	// nor a decimal number.
-	ErrBadPosition = &Error{"bad_position", "ERR position is not an LSN such as 16/B374D848 or a decimal integer"}
+	ErrBadPosition = &Error{Code: CodeBadPosition, Msg: "position is not an LSN such as 16/B374D848 or a decimal integer"}
 )
 
 // ParsePosition parses a position as PostgreSQL prints an LSN
@@ -313,7 +313,7 @@ func (t *Set) add(items [][]byte) ([]bool, error, error) {
 	n, err := t.gate.AddMany(items, added)
 	added = added[:n]
 	if err != nil {
-		return added, &Error{"add_failed", "ERR " + err.Error()}, nil
+		return added, &Error{Code: CodeAddFailed, Msg: err.Error()}, nil
 	}
 	return added, nil, nil
 }
@@ -399,7 +399,7 @@ func (s *Store) bgExists(ctx context.Context, name, key string, pos changefeed.P
 		_, found, err = bloomgate.Lookup(ctx, t.gate, key, confirm)
 	}
 	if err != nil {
-		return false, &Error{"confirm_failed", "ERR confirm query failed: " + err.Error()}
+		return false, &Error{Code: CodeConfirmFailed, Msg: "confirm query failed: " + err.Error()}
 	}
 	return found, nil
 }

@@ -96,7 +96,7 @@ func check(t *testing.T, s *Store) {
 	if n, _ := s.BFCard("bf"); n < 490 || n > 550 {
 		t.Errorf("BFCard(bf) = %d", n)
 	}
-	if _, stop, _ := s.BFAdd("ns", [][]byte{[]byte("new-item-x")}, BloomParams{}, false); !errors.Is(stop, ErrNonScalingFull) {
+	if _, stop, _ := s.BFAdd("ns", [][]byte{[]byte("new-item-x")}, BloomParams{}, false); !errors.Is(stop, ErrFull) {
 		t.Errorf("non-scaling filter after reload: stop = %v", stop)
 	}
 	for i, ok := range s.CFExists("cf", items("c", 300)[100:]) {

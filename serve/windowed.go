@@ -72,13 +72,13 @@ func (p ExpiringParams) withDefaults() ExpiringParams {
 func (p ExpiringParams) check() error {
 	switch {
 	case !(p.ErrorRate > 0 && p.ErrorRate < 1):
-		return argError("ERR error rate must be in the range (0.000000, 1.000000)")
+		return ErrBadErrorRate
 	case p.Capacity < 1 || p.Capacity > maxExpiringCapacity:
-		return argError("ERR capacity must be in the range [1, 1073741824]")
+		return ErrBadCapacity
 	case p.MaxTTL < time.Millisecond || p.MaxTTL > maxExpiringTTL:
-		return argError(fmt.Sprintf("ERR max TTL must be in the range [1 ms, %d s]", int64(maxExpiringTTL/time.Second)))
+		return argError(ParamMaxTTL, fmt.Sprintf("max TTL must be in the range [1 ms, %d s]", int64(maxExpiringTTL/time.Second)))
 	case p.Generations < 2 || p.Generations > maxExpiringGenerations:
-		return argError(fmt.Sprintf("ERR generations must be in the range [2, %d]", maxExpiringGenerations))
+		return argError(ParamGenerations, fmt.Sprintf("generations must be in the range [2, %d]", maxExpiringGenerations))
 	}
 	return nil
 }
@@ -139,13 +139,13 @@ func expiringFrom(r *record, wf *filter.Windowed) (*object, error) {
 // Errors of the expiring commands.
 var (
 	// ErrExpiryPast reports an add whose expiry has already passed.
-	ErrExpiryPast = &Error{"bad_argument", "ERR expiry is in the past"}
+	ErrExpiryPast = &Error{Code: CodeBadArgument, Param: ParamExpiry, Msg: "expiry is in the past"}
 	// ErrExpiryBeyondTTL reports an add whose expiry lies further ahead
 	// than the key's max TTL.
-	ErrExpiryBeyondTTL = &Error{"bad_argument", "ERR expiry is further ahead than the key's max TTL"}
+	ErrExpiryBeyondTTL = &Error{Code: CodeBadArgument, Param: ParamExpiry, Msg: "expiry is further ahead than the key's max TTL"}
 	// ErrTooLargeFilter reports a create whose filter, at its most
 	// generations, would exceed Config.MaxFilterBytes.
-	ErrTooLargeFilter = &Error{"bad_argument", "ERR filter would exceed the largest filter the server stores"}
+	ErrTooLargeFilter = &Error{Code: CodeBadArgument, Msg: "filter would exceed the largest filter the server stores"}
 )
 
 // Now reads the Store's clock (Config.Now).
@@ -167,7 +167,7 @@ func (s *Store) XReserve(name string, p ExpiringParams) error {
 	}
 	gen, err := p.generationBytes()
 	if err != nil {
-		return argError("ERR could not size filter")
+		return &Error{Code: CodeBadArgument, Msg: "could not size filter"}
 	}
 	if gen > s.cfg.MaxFilterBytes/int64(p.Generations) {
 		return ErrTooLargeFilter
@@ -227,7 +227,7 @@ func (s *Store) xadd(o *object, items [][]byte, expiresAt time.Time) ([]bool, in
 	now := s.cfg.Now()
 	switch ttl := expiresAt.Sub(now); {
 	case now.Year() < 1800 || now.Year() > 2200:
-		return nil, 0, &Error{"clock", "ERR server clock out of range: " + now.String()}
+		return nil, 0, &Error{Code: CodeClock, Msg: "server clock out of range: " + now.String()}
 	case ttl < 0:
 		return nil, 0, ErrExpiryPast
 	case ttl > o.meta.expiry.MaxTTL:
@@ -254,7 +254,7 @@ func (s *Store) xadd(o *object, items [][]byte, expiresAt time.Time) ([]bool, in
 		// filter refuse (all generations taken by later windows).
 		if err := o.wf.AddHash(h, expiresAt); err != nil {
 			s.remeasure(o)
-			return nil, 0, &Error{"full", "ERR " + err.Error()}
+			return nil, 0, &Error{Code: CodeFull, Msg: err.Error()}
 		}
 	}
 	o.card.Add(uint64(len(hashes)))

@@ -33,7 +33,7 @@ type ExpiringInfo struct {
 
 func (a *api) createExpiring(name string, spec FilterSpec, rate float64) error {
 	if spec.MaxTTLSeconds < 1 || spec.MaxTTLSeconds > math.MaxInt64/int64(time.Second) {
-		return &serve.Error{Code: "bad_argument", Msg: "ERR max_ttl_seconds must be at least 1"}
+		return &serve.Error{Code: serve.CodeBadArgument, Param: serve.ParamMaxTTL, Msg: "max_ttl_seconds must be at least 1"}
 	}
 	return a.store.XReserve(name, serve.ExpiringParams{
 		MaxTTL:      time.Duration(spec.MaxTTLSeconds) * time.Second,

@@ -187,24 +187,31 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
 }
 
-// statusOf maps a serve.Error code to an HTTP status.
-var statusOf = map[string]int{
-	"not_found":          http.StatusNotFound,
-	"not_set":            http.StatusNotFound,
-	"exists":             http.StatusConflict,
-	"wrong_type":         http.StatusConflict,
-	"full":               http.StatusInsufficientStorage,
-	"oom":                http.StatusInsufficientStorage,
-	"read_only":          http.StatusForbidden,
-	"bad_argument":       http.StatusBadRequest,
-	"no_confirm":         http.StatusBadRequest,
-	"remove_unsupported": http.StatusConflict,
-	"closed":             http.StatusServiceUnavailable,
-	"loading":            http.StatusConflict,
-	"confirm_failed":     http.StatusBadGateway,
-	"no_position":        http.StatusConflict,
-	"bad_position":       http.StatusBadRequest,
-	"log_write":          http.StatusInsufficientStorage, // nothing changed: the log could not take it
+// codeOf maps a serve.Code to the API's stable code and HTTP status.
+// Codes without an entry are 500 with the code's own name.
+var codeOf = map[serve.Code]struct {
+	name   string
+	status int
+}{
+	serve.CodeNotFound:          {"not_found", http.StatusNotFound},
+	serve.CodeNotSet:            {"not_set", http.StatusNotFound},
+	serve.CodeExists:            {"exists", http.StatusConflict},
+	serve.CodeWrongType:         {"wrong_type", http.StatusConflict},
+	serve.CodeFull:              {"full", http.StatusInsufficientStorage},
+	serve.CodeGrowthLimit:       {"full", http.StatusInsufficientStorage},
+	serve.CodeOOM:               {"oom", http.StatusInsufficientStorage},
+	serve.CodeReadOnly:          {"read_only", http.StatusForbidden},
+	serve.CodeBadArgument:       {"bad_argument", http.StatusBadRequest},
+	serve.CodeNoConfirm:         {"no_confirm", http.StatusBadRequest},
+	serve.CodeRemoveUnsupported: {"remove_unsupported", http.StatusConflict},
+	serve.CodeClosed:            {"closed", http.StatusServiceUnavailable},
+	serve.CodeLoading:           {"loading", http.StatusConflict},
+	serve.CodeConfirmFailed:     {"confirm_failed", http.StatusBadGateway},
+	serve.CodeNoPosition:        {"no_position", http.StatusConflict},
+	serve.CodeBadPosition:       {"bad_position", http.StatusBadRequest},
+	serve.CodeBadData:           {"bad_data", http.StatusInternalServerError},
+	serve.CodeBadOffset:         {"bad_data", http.StatusInternalServerError},
+	serve.CodeLogWrite:          {"log_write", http.StatusInsufficientStorage}, // nothing changed: the log could not take it
 }
 
 func writeServeError(w http.ResponseWriter, err error) {
@@ -215,11 +222,11 @@ func writeServeError(w http.ResponseWriter, err error) {
 	}
 	var se *serve.Error
 	if errors.As(err, &se) {
-		status := statusOf[se.Code]
-		if status == 0 {
-			status = http.StatusInternalServerError
+		c, ok := codeOf[se.Code]
+		if !ok {
+			c.name, c.status = se.Code.String(), http.StatusInternalServerError
 		}
-		writeError(w, status, se.Code, se.Msg)
+		writeError(w, c.status, c.name, se.Msg)
 		return
 	}
 	writeError(w, http.StatusInternalServerError, "internal", err.Error())
@@ -529,7 +536,7 @@ func (a *api) remove(w http.ResponseWriter, r *http.Request) {
 	}
 	removed, err := a.store.CFDel(name, []byte(key))
 	if err != nil {
-		if errors.Is(err, serve.ErrCFNotFound) {
+		if errors.Is(err, serve.ErrNotFound) {
 			err = serve.ErrNotFound
 		}
 		writeServeError(w, err)

@@ -105,6 +105,7 @@ func (c *conn) dispatch(args [][]byte) {
 		c.arityError(cmd.name)
 		return
 	}
+	c.cmd = cmd.name
 	cmd.fn(c, args)
 }
 
@@ -128,8 +129,8 @@ func (c *conn) arityError(name string) {
 	c.w.errorMsg("ERR wrong number of arguments for '" + name + "' command")
 }
 
-// replyErr writes err's RESP text: a *serve.Error's Msg, followed by the
-// cause when err wraps one after it (ErrLogWrite: why the log failed).
+// replyErr writes err's RESP text for the command being answered
+// (errorText).
 //
 // A write whose outcome is unknown (serve.ErrOutcomeUnknown: applied, but
 // the log could not be synced) gets no reply: the connection closes after
@@ -143,16 +144,7 @@ func (c *conn) replyErr(err error) {
 		c.nc.Close()
 		return
 	}
-	var se *serve.Error
-	if errors.As(err, &se) {
-		if full := err.Error(); se == serve.ErrLogWrite && strings.HasPrefix(full, se.Msg) {
-			c.w.errorMsg(full)
-			return
-		}
-		c.w.errorMsg(se.Msg)
-		return
-	}
-	c.w.errorMsg("ERR " + err.Error())
+	c.w.errorMsg(errorText(c.cmd, err))
 }
 
 func eqFold(b []byte, s string) bool { return strings.EqualFold(string(b), s) }

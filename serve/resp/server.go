@@ -375,7 +375,8 @@ type conn struct {
 	accepted     time.Time // start of the pre-auth deadline
 	authFailures int
 	hadDeadline  bool
-	slot         slot // under s.mu
+	slot         slot   // under s.mu
+	cmd          string // the command being answered, lower case
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
