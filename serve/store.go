@@ -122,21 +122,6 @@ const (
 	KindExpiring Kind = 4
 )
 
-// TypeName returns the name TYPE replies with: RedisBloom's module type
-// names for filters ("MBbloom--", "MBbloomCF"; a table-backed set is
-// "MBbloom--" too, as it answers BF.*), and "none" for a missing key.
-func (k Kind) TypeName() string {
-	switch k {
-	case KindBloom, KindSet:
-		return "MBbloom--"
-	case KindCuckoo:
-		return "MBbloomCF"
-	case KindExpiring:
-		return expiringTypeName
-	}
-	return "none"
-}
-
 func (k Kind) String() string {
 	switch k {
 	case KindBloom:

@@ -21,10 +21,6 @@ import (
 // its expiry is still ahead, so nothing that expired during downtime comes
 // back, and a snapshot's generations that ended are never consulted.
 
-// expiringTypeName is what TYPE replies for an expiring key (nine characters,
-// as Redis module type names).
-const expiringTypeName = "BGexpire-"
-
 // expireSweepInterval is how often the Store drops the generations that
 // ended.
 const expireSweepInterval = time.Second

@@ -89,8 +89,8 @@ func TestExpiringErrors(t *testing.T) {
 	if got, err := s.XExists("nokey", items("a", 2)); err != nil || got[0] || got[1] {
 		t.Errorf("XExists on a missing key = %v, %v", got, err)
 	}
-	if s.Type("x").TypeName() != expiringTypeName || s.Type("x").String() != "expiring" {
-		t.Errorf("TYPE = %q / %q", s.Type("x").TypeName(), s.Type("x").String())
+	if s.Type("x") != KindExpiring || s.Type("x").String() != "expiring" {
+		t.Errorf("Type = %v / %q", s.Type("x"), s.Type("x").String())
 	}
 }
 

@@ -484,7 +484,7 @@ func cmdDel(c *conn, args [][]byte) {
 
 func cmdExists(c *conn, args [][]byte) { c.w.int(int64(c.s.store.Exists(names(args[1:])))) }
 
-func cmdType(c *conn, args [][]byte) { c.w.simple(c.s.store.Type(string(args[1])).TypeName()) }
+func cmdType(c *conn, args [][]byte) { c.w.simple(typeName(c.s.store.Type(string(args[1])))) }
 
 func cmdDBSize(c *conn, _ [][]byte) { c.w.int(int64(c.s.store.DBSize())) }
 
@@ -546,7 +546,7 @@ func cmdScan(c *conn, args [][]byte) {
 		if match != nil && !globMatch(match, []byte(k)) {
 			continue
 		}
-		if typ != "" && !strings.EqualFold(c.s.store.Type(k).TypeName(), typ) {
+		if typ != "" && !strings.EqualFold(typeName(c.s.store.Type(k)), typ) {
 			continue
 		}
 		out = append(out, k)

@@ -119,3 +119,19 @@ func paramText(fam family, p serve.Param) string {
 	}
 	return ""
 }
+
+// typeName is what TYPE replies for a key of kind k: RedisBloom's module
+// type names for filters ("MBbloom--", "MBbloomCF"; a table-backed set is
+// "MBbloom--" too, as it answers BF.*), "BGexpire-" for an expiring key
+// (nine characters, as Redis module type names), "none" for a missing key.
+func typeName(k serve.Kind) string {
+	switch k {
+	case serve.KindBloom, serve.KindSet:
+		return "MBbloom--"
+	case serve.KindCuckoo:
+		return "MBbloomCF"
+	case serve.KindExpiring:
+		return "BGexpire-"
+	}
+	return "none"
+}
