@@ -7,21 +7,14 @@ import (
 	"time"
 )
 
-// dumpOf returns the key's whole SCANDUMP.
+// dumpOf returns the key's dump.
 func dumpOf(t *testing.T, s *Store, name string) []byte {
 	t.Helper()
-	var out []byte
-	for iter := int64(0); ; {
-		next, data, err := s.ScanDump(name, KindBloom, iter)
-		if err != nil {
-			t.Fatalf("ScanDump(%s): %v", name, err)
-		}
-		if next == 0 {
-			return out
-		}
-		out = append(out, data...)
-		iter = next
+	d, err := s.Dump(name, KindBloom)
+	if err != nil {
+		t.Fatalf("Dump(%s): %v", name, err)
 	}
+	return d
 }
 
 // TestBFMAddMatchesBFAdd: BF.MADD, which adds its items in one batch,

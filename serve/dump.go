@@ -1,20 +1,8 @@
 package serve
 
-import (
-	"encoding/binary"
-)
-
-// SCANDUMP/LOADCHUNK format (ours, not RedisBloom's): iterator 0 returns a
-// 16-byte header, "BGDUMP01" then the u64 length of the data; the data is
-// an opPut record payload (see record.go) with an empty name, sent in chunks
-// of dumpChunk bytes. The iterator returned with a chunk is 1 + the offset of
-// the chunk's end, so LOADCHUNK finds each chunk's offset as
-// iterator − 1 − len(chunk), as RedisBloom's clients expect.
-const (
-	dumpMagic     = "BGDUMP01"
-	dumpHeaderLen = 16
-	dumpChunk     = 1 << 20
-)
+// A dump is an opPut record payload (see record.go) with an empty name: the
+// key's kind, parameters, filter and counters. Front ends cut it into
+// chunks their own way (serve/resp: SCANDUMP's iterators).
 
 type dumpCache struct{ data []byte }
 
@@ -26,55 +14,56 @@ type pendingLoad struct {
 	reserved int64
 }
 
-// ScanDump returns the chunk of the key name's dump at iterator iter and the
-// iterator for the next call; next is 0 (and data nil) at the end. The dump
-// is consistent only if the key is not written while it is dumped.
-func (s *Store) ScanDump(name string, kind Kind, iter int64) (next int64, data []byte, err error) {
+// Dump returns the dump of the key name, which must be of kind kind: what
+// BeginRestore and RestoreChunk take to recreate it. The dump is cached until
+// the key is next written and must not be modified.
+func (s *Store) Dump(name string, kind Kind) ([]byte, error) {
 	if s.sets[name] != nil {
-		return 0, nil, ErrSetReadOnly
+		return nil, ErrSetReadOnly
 	}
 	o, k := s.lookup(name)
 	switch {
 	case k == KindNone:
-		return 0, nil, ErrNotFound
+		return nil, ErrNotFound
 	case k != kind:
-		return 0, nil, ErrWrongType
+		return nil, ErrWrongType
 	}
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	if o.dump == nil {
 		r, err := o.putRecord()
 		if err != nil {
-			o.mu.Unlock()
-			return 0, nil, err
+			return nil, err
 		}
 		r.name, r.lsn = "", 0
 		o.dump = &dumpCache{data: r.appendPayload(nil)}
 	}
-	d := o.dump.data
-	o.mu.Unlock()
-	if iter == 0 {
-		return 1, binary.LittleEndian.AppendUint64([]byte(dumpMagic), uint64(len(d))), nil
-	}
-	off := iter - 1
-	if off < 0 || off >= int64(len(d)) {
-		return 0, nil, nil
-	}
-	end := min(off+dumpChunk, int64(len(d)))
-	return iter + (end - off), d[off:end], nil
+	return o.dump.data, nil
 }
 
-// LoadChunk restores a key from ScanDump's output: iterator 1 with the
-// header starts a restore of a missing key (ErrBadData if it exists), later
-// chunks must arrive in order, and the key appears once the last one is in.
-func (s *Store) LoadChunk(name string, kind Kind, iter int64, data []byte) error {
+// BeginRestore starts restoring the missing key name, of kind kind, from a
+// dump of size bytes, which it reserves against MaxMemory. A size of 0 or
+// one larger than any filter the store takes is ErrBadData, as is a key
+// that exists or is being restored already.
+func (s *Store) BeginRestore(name string, kind Kind, size uint64) error {
 	if s.sets[name] != nil {
 		return ErrSetReadOnly
 	}
 	if err := s.checkWrite(); err != nil {
 		return err
 	}
-	if iter == 1 {
-		return s.startLoad(name, kind, data)
+	return s.startLoad(name, kind, size)
+}
+
+// RestoreChunk adds the next chunk of a restore BeginRestore started; offset
+// is where chunk starts in the dump, and must follow the chunks before
+// (ErrBadOffset). The key appears once the last chunk is in.
+func (s *Store) RestoreChunk(name string, kind Kind, offset int64, chunk []byte) error {
+	if s.sets[name] != nil {
+		return ErrSetReadOnly
+	}
+	if err := s.checkWrite(); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	pl := s.loads[name]
@@ -85,12 +74,11 @@ func (s *Store) LoadChunk(name string, kind Kind, iter int64, data []byte) error
 		}
 		return ErrNotFound
 	}
-	off := iter - 1 - int64(len(data))
-	if off != int64(len(pl.buf)) || uint64(len(pl.buf))+uint64(len(data)) > pl.total {
+	if offset != int64(len(pl.buf)) || uint64(len(pl.buf))+uint64(len(chunk)) > pl.total {
 		s.mu.Unlock()
 		return ErrBadOffset
 	}
-	pl.buf = append(pl.buf, data...)
+	pl.buf = append(pl.buf, chunk...)
 	if uint64(len(pl.buf)) < pl.total {
 		s.mu.Unlock()
 		return nil
@@ -101,14 +89,10 @@ func (s *Store) LoadChunk(name string, kind Kind, iter int64, data []byte) error
 	return s.finishLoad(name, kind, pl.buf)
 }
 
-func (s *Store) startLoad(name string, kind Kind, hdr []byte) error {
+func (s *Store) startLoad(name string, kind Kind, total uint64) error {
 	if _, k := s.lookup(name); k != KindNone && k != kind {
 		return ErrWrongType
 	}
-	if len(hdr) != dumpHeaderLen || string(hdr[:8]) != dumpMagic {
-		return ErrBadData
-	}
-	total := binary.LittleEndian.Uint64(hdr[8:])
 	if total == 0 || total > uint64(s.cfg.MaxFilterBytes)+1<<16 {
 		return ErrBadData
 	}

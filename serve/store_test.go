@@ -230,23 +230,17 @@ func TestDumpLoad(t *testing.T) {
 		name string
 		kind Kind
 	}{{"bf", KindBloom}, {"cf", KindCuckoo}} {
-		var chunks [][]byte
-		var iters []int64
-		for it := int64(0); ; {
-			next, data, err := s.ScanDump(k.name, k.kind, it)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if next == 0 {
-				break
-			}
-			chunks, iters = append(chunks, bytes.Clone(data)), append(iters, next)
-			it = next
+		d, err := s.Dump(k.name, k.kind)
+		if err != nil {
+			t.Fatal(err)
 		}
 		copyName := k.name + "-copy"
-		for i, c := range chunks {
-			if err := s.LoadChunk(copyName, k.kind, iters[i], c); err != nil {
-				t.Fatalf("LoadChunk %d: %v", i, err)
+		if err := s.BeginRestore(copyName, k.kind, uint64(len(d))); err != nil {
+			t.Fatal(err)
+		}
+		for off := 0; off < len(d); off += 100 {
+			if err := s.RestoreChunk(copyName, k.kind, int64(off), bytes.Clone(d[off:min(off+100, len(d))])); err != nil {
+				t.Fatalf("RestoreChunk at %d: %v", off, err)
 			}
 		}
 		if s.Type(copyName) != k.kind {
@@ -258,7 +252,7 @@ func TestDumpLoad(t *testing.T) {
 			t.Fatal("restored Bloom lost a key")
 		}
 	}
-	if err := s.LoadChunk("bf", KindBloom, 1, []byte("BGDUMP01\x10\x00\x00\x00\x00\x00\x00\x00")); !errors.Is(err, ErrBadData) {
+	if err := s.BeginRestore("bf", KindBloom, 16); !errors.Is(err, ErrBadData) {
 		t.Errorf("header onto an existing key: %v, want ErrBadData", err)
 	}
 }

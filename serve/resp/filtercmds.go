@@ -266,7 +266,7 @@ func cmdBFScanDump(c *conn, args [][]byte) {
 		c.w.errorMsg("Second argument must be numeric")
 		return
 	}
-	next, data, err := c.s.store.ScanDump(string(args[1]), serve.KindBloom, iter)
+	next, data, err := scanDump(c.s.store, string(args[1]), serve.KindBloom, iter)
 	if err != nil {
 		c.replyErr(err)
 		return
@@ -286,7 +286,7 @@ func cmdBFLoadChunk(c *conn, args [][]byte) {
 		c.w.errorMsg("ERR invalid offset - no link found")
 		return
 	}
-	if err := c.s.store.LoadChunk(string(args[1]), serve.KindBloom, iter, args[3]); err != nil {
+	if err := loadChunk(c.s.store, string(args[1]), serve.KindBloom, iter, args[3]); err != nil {
 		c.replyErr(err)
 		return
 	}
@@ -475,7 +475,7 @@ func cmdCFScanDump(c *conn, args [][]byte) {
 		c.w.errorMsg("Invalid position")
 		return
 	}
-	next, data, err := c.s.store.ScanDump(string(args[1]), serve.KindCuckoo, iter)
+	next, data, err := scanDump(c.s.store, string(args[1]), serve.KindCuckoo, iter)
 	if err != nil {
 		c.replyErr(err)
 		return
@@ -495,7 +495,7 @@ func cmdCFLoadChunk(c *conn, args [][]byte) {
 		c.w.errorMsg("Invalid position")
 		return
 	}
-	err := c.s.store.LoadChunk(string(args[1]), serve.KindCuckoo, iter, args[3])
+	err := loadChunk(c.s.store, string(args[1]), serve.KindCuckoo, iter, args[3])
 	var se *serve.Error
 	switch {
 	case err == nil:
