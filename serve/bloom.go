@@ -92,9 +92,9 @@ func (p BloomParams) build() (*filter.Scalable, error) {
 	})
 }
 
-// BFReserve creates an empty Bloom key. It fails with ErrExists when the
-// key exists.
-func (s *Store) BFReserve(name string, p BloomParams) error {
+// reserveBloom creates an empty Bloom key. It fails with ErrExists when
+// the key exists.
+func (s *Store) reserveBloom(name string, p BloomParams) error {
 	if err := s.checkWrite(); err != nil {
 		return err
 	}
@@ -105,18 +105,30 @@ func (s *Store) BFReserve(name string, p BloomParams) error {
 	return err
 }
 
-// BFAdd adds items to the Bloom key name (BF.ADD, BF.MADD, BF.INSERT),
-// creating it with create's parameters (zero fields: the defaults) unless
-// noCreate is set (then a missing key is ErrNotFound). added[i] reports
-// whether item i was new (no earlier item set all its bits). When the
-// filter refuses an item, added ends before it and stop says why
-// (ErrFull); later items are not processed. err reports a
-// failure of the whole command (ErrWrongType, ErrNotFound, ErrOOM).
+// AddOptions are the options of Add.
+type AddOptions struct {
+	// Create holds the parameters of the Bloom key created when name is
+	// missing; zero fields take Config.BloomDefaults. Fields that are set
+	// are checked even when the key exists.
+	Create BloomParams
+	// NoCreate makes a missing key ErrNotFound instead of creating it.
+	NoCreate bool
+}
+
+// Add adds items to the key name: a Bloom key (created per opt unless
+// opt.NoCreate) or a table-backed set (AddUntil adds to an expiring key).
+// added[i] reports whether item i was new (not reported present
+// before it was added). When the filter refuses an item, added ends before
+// it and stop says why (ErrFull, ErrGrowthLimit); later items are not
+// processed. err reports a failure of the whole call (ErrWrongType,
+// ErrNotFound, ErrOOM), after which nothing changed. The add is logged
+// before it is applied and returns once durable per the fsync policy.
 //
 // On a table-backed set the items are added to its gate (call it before the
 // row's transaction commits); added[i] is true when the gate did not already
 // report the item as maybe present.
-func (s *Store) BFAdd(name string, items [][]byte, create BloomParams, noCreate bool) (added []bool, stop, err error) {
+func (s *Store) Add(name string, items [][]byte, opt AddOptions) (added []bool, stop, err error) {
+	create, noCreate := opt.Create, opt.NoCreate
 	if set := s.sets[name]; set != nil {
 		return set.add(items)
 	}
@@ -258,14 +270,16 @@ func (s *Store) commit(o *object, op byte, hashes []uint64) (int64, error) {
 	return pos, nil
 }
 
-// BFExists reports for each item whether the key name may hold it. A
-// missing key, or a key of another kind, holds nothing (RedisBloom's
-// behaviour). A table-backed set that is not ready answers true.
-func (s *Store) BFExists(name string, items [][]byte) []bool {
+// MayContain reports for each item whether the key name may hold it, and
+// the kind of the key that answered. A missing key holds nothing
+// (KindNone). A table-backed set that is not ready answers true; an
+// expiring key holds an item until its expiry. Front ends that must answer
+// a key of another kind as empty look at kind.
+func (s *Store) MayContain(name string, items [][]byte) (held []bool, kind Kind) {
 	out := make([]bool, len(items))
 	if set := s.sets[name]; set != nil {
 		set.mayContain(items, out)
-		return out
+		return out, KindSet
 	}
 	o, kind := s.lookup(name)
 	switch kind {
@@ -275,12 +289,12 @@ func (s *Store) BFExists(name string, items [][]byte) []bool {
 			hs[i] = o.bf.Hash(it)
 		}
 		o.bf.MayContainHashMany(hs, out)
+	case KindCuckoo:
+		mayContainMany(o.cf.MayContain, items, out)
 	case KindExpiring:
 		s.expiringMayContain(o, items, out) // never a false "absent"
-	case KindCuckoo:
-		// RedisBloom treats a key of the wrong type as empty here.
 	}
-	return out
+	return out, kind
 }
 
 // mayContainMany answers a batch of lookups on a standalone filter, one at a
@@ -292,9 +306,10 @@ func mayContainMany(mayContain func([]byte) bool, items [][]byte, out []bool) {
 	}
 }
 
-// BFCard returns the number of items added to the Bloom key that were new
-// (0 for a missing key).
-func (s *Store) BFCard(name string) (uint64, error) {
+// Cardinality returns the number of items added to the Bloom key (or
+// table-backed set) name that were new (0 for a missing key; ErrWrongType
+// for a key of another kind).
+func (s *Store) Cardinality(name string) (uint64, error) {
 	if set := s.sets[name]; set != nil {
 		return set.gate.Stats().Filter.Items, nil
 	}
@@ -308,7 +323,7 @@ func (s *Store) BFCard(name string) (uint64, error) {
 	return 0, ErrWrongType
 }
 
-// BloomInfo is BF.INFO's reply.
+// BloomInfo describes a Bloom key or a table-backed set.
 type BloomInfo struct {
 	Capacity uint64 // keys all sub-filters hold together
 	Size     uint64 // bytes of the sub-filters' tables
@@ -319,8 +334,8 @@ type BloomInfo struct {
 	Expansion uint32
 }
 
-// BFInfo describes the Bloom key name.
-func (s *Store) BFInfo(name string) (BloomInfo, error) {
+// bloomInfo describes the Bloom key name.
+func (s *Store) bloomInfo(name string) (BloomInfo, error) {
 	if set := s.sets[name]; set != nil {
 		st := set.gate.Stats().Filter
 		return BloomInfo{Capacity: st.Capacity, Size: st.Bytes, Filters: 1, Items: st.Items}, nil

@@ -37,7 +37,7 @@ func TestBFMAddMatchesBFAdd(t *testing.T) {
 	}
 	for name, p := range keys {
 		for _, s := range []*Store{many, one} {
-			if err := s.BFReserve(name, p); err != nil {
+			if err := s.Reserve(name, p); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -60,14 +60,14 @@ func TestBFMAddMatchesBFAdd(t *testing.T) {
 		}
 		all = append(all, batch...)
 		for name := range keys {
-			got, gotStop, err := many.BFAdd(name, batch, BloomParams{}, true)
+			got, gotStop, err := many.Add(name, batch, AddOptions{NoCreate: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			var want []bool
 			var wantStop error
 			for _, it := range batch {
-				a, stop, err := one.BFAdd(name, [][]byte{it}, BloomParams{}, true)
+				a, stop, err := one.Add(name, [][]byte{it}, AddOptions{NoCreate: true})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -86,7 +86,7 @@ func TestBFMAddMatchesBFAdd(t *testing.T) {
 		}
 		compareBloomKeys(t, many, one, keys, all)
 	}
-	if info, _ := one.BFInfo("bf"); info.Filters < 8 || stops == 0 {
+	if info, _ := one.bloomInfo("bf"); info.Filters < 8 || stops == 0 {
 		t.Fatalf("%d sub-filters, %d stops: the test did not scale the filter up or fill the non-scaling one", info.Filters, stops)
 	}
 	crash(many)
@@ -101,15 +101,15 @@ func compareBloomKeys(t *testing.T, a, b *Store, keys map[string]BloomParams, it
 		absent[i] = fmt.Appendf(nil, "absent%d", i)
 	}
 	for name := range keys {
-		ca, _ := a.BFCard(name)
-		cb, _ := b.BFCard(name)
-		ia, _ := a.BFInfo(name)
-		ib, _ := b.BFInfo(name)
+		ca, _ := a.Cardinality(name)
+		cb, _ := b.Cardinality(name)
+		ia, _ := a.bloomInfo(name)
+		ib, _ := b.bloomInfo(name)
 		if ca != cb || ia != ib {
 			t.Fatalf("%s: BF.CARD %d, BF.INFO %+v; one at a time %d, %+v", name, ca, ia, cb, ib)
 		}
 		for _, its := range [][][]byte{items, absent} {
-			if ea, eb := a.BFExists(name, its), b.BFExists(name, its); fmt.Sprint(ea) != fmt.Sprint(eb) {
+			if ea, eb := held(a.MayContain(name, its)), held(b.MayContain(name, its)); fmt.Sprint(ea) != fmt.Sprint(eb) {
 				t.Fatalf("%s: BF.MEXISTS differs", name)
 			}
 		}
@@ -135,12 +135,12 @@ func TestBFMAddSet(t *testing.T) {
 		{items, "[true true false true]"},
 		{items[:2], "[false false]"},
 	} {
-		added, stop, err := s.BFAdd("users", tc.items, BloomParams{}, false)
+		added, stop, err := s.Add("users", tc.items, AddOptions{})
 		if err != nil || stop != nil || fmt.Sprint(added) != tc.want {
 			t.Fatalf("BFAdd(%q) = %v, %v, %v; want %s", tc.items, added, stop, err, tc.want)
 		}
 	}
-	for i, ok := range s.BFExists("users", items) {
+	for i, ok := range held(s.MayContain("users", items)) {
 		if !ok {
 			t.Fatalf("false negative for %s", items[i])
 		}

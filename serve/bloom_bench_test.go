@@ -39,7 +39,7 @@ func BenchmarkBFMAdd(b *testing.B) {
 				its[i] = append(strconv.AppendInt(append(its[i][:0], "user"...), int64(id), 10), "@example.com"...)
 				id++
 			}
-			added, stop, err := s.BFAdd(name, its, BloomParams{}, true)
+			added, stop, err := s.Add(name, its, AddOptions{NoCreate: true})
 			if err != nil || stop != nil || len(added) != batch {
 				b.Fatalf("BFAdd: %d replies, %v, %v", len(added), stop, err)
 			}
@@ -52,7 +52,7 @@ func BenchmarkBFMAdd(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer s.Close()
-		if err := s.BFReserve("bf", BloomParams{Capacity: 1 << 24, ErrorRate: 0.01}); err != nil {
+		if err := s.Reserve("bf", BloomParams{Capacity: 1 << 24, ErrorRate: 0.01}); err != nil {
 			b.Fatal(err)
 		}
 		run(b, s, "bf")

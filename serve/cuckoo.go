@@ -109,9 +109,9 @@ func (p CuckooParams) build() (*filter.Cuckoo, error) {
 	})
 }
 
-// CFReserve creates an empty cuckoo key. It fails with ErrExists when the
-// key exists.
-func (s *Store) CFReserve(name string, p CuckooParams) error {
+// reserveCuckoo creates an empty cuckoo key. It fails with ErrExists when
+// the key exists.
+func (s *Store) reserveCuckoo(name string, p CuckooParams) error {
 	if err := s.checkWrite(); err != nil {
 		return err
 	}
@@ -122,16 +122,30 @@ func (s *Store) CFReserve(name string, p CuckooParams) error {
 	return err
 }
 
-// CFAdd inserts items into the cuckoo key name (CF.ADD, CF.ADDNX,
-// CF.INSERT, CF.INSERTNX), creating it with create's parameters unless
-// noCreate is set. With nx, an item the filter may already hold is not
-// inserted. res[i] is 1 when item i was inserted, 0 when it was skipped (nx)
-// and -1 when the filter had no room; full is then ErrFull or
-// ErrGrowthLimit, for single-item commands.
+// InsertOptions are the options of Insert.
+type InsertOptions struct {
+	// Create holds the parameters of the cuckoo key created when name is
+	// missing; zero fields take Config.CuckooDefaults. Fields that are set
+	// are checked even when the key exists.
+	Create CuckooParams
+	// NoCreate makes a missing key ErrNotFound instead of creating it.
+	NoCreate bool
+	// IfAbsent skips the items the filter may hold already.
+	IfAbsent bool
+}
+
+// Insert inserts a copy of each item into the cuckoo key (or table-backed
+// set) name, creating the key per opt unless opt.NoCreate. Unlike Add it
+// counts copies: an item inserted twice can be removed twice. res[i] is 1
+// when item i was inserted, 0 when IfAbsent skipped it and -1 when the
+// filter had no room; full then says why (ErrFull, or ErrGrowthLimit for a
+// filter that grew as far as it may). err reports a failure of the whole
+// call, after which nothing changed.
 //
 // On a table-backed set the items are added to its gate: res[i] is 1, or 0
-// with nx when the gate already reports the item as maybe present.
-func (s *Store) CFAdd(name string, items [][]byte, create CuckooParams, noCreate, nx bool) (res []int, full, err error) {
+// with IfAbsent when the gate already reports the item as maybe present.
+func (s *Store) Insert(name string, items [][]byte, opt InsertOptions) (res []int, full, err error) {
+	create, noCreate, nx := opt.Create, opt.NoCreate, opt.IfAbsent
 	if set := s.sets[name]; set != nil {
 		return set.addCuckoo(items, nx)
 	}
@@ -222,28 +236,10 @@ func (o *object) cuckooRemoveHash(h uint64) bool {
 	return true
 }
 
-// CFExists reports for each item whether the cuckoo key name may hold it.
-// A missing key or one of another kind holds nothing (RedisBloom's
-// behaviour); a table-backed set that is not ready answers true.
-func (s *Store) CFExists(name string, items [][]byte) []bool {
-	out := make([]bool, len(items))
-	if set := s.sets[name]; set != nil {
-		set.mayContain(items, out)
-		return out
-	}
-	switch o, kind := s.lookup(name); kind {
-	case KindCuckoo:
-		mayContainMany(o.cf.MayContain, items, out)
-	case KindExpiring:
-		s.expiringMayContain(o, items, out) // never a false "absent"
-	}
-	return out
-}
-
-// CFCount returns how many copies of item the cuckoo key may hold (it can
-// overcount, never undercount). A missing key or one of another kind gives
-// 0; a table-backed set gives 1 when the item may be present.
-func (s *Store) CFCount(name string, item []byte) int {
+// Count returns how many copies of item the cuckoo key name may hold (it
+// can overcount, never undercount). A table-backed set or an expiring key
+// gives 1 when the item may be present; a missing key or a Bloom key 0.
+func (s *Store) Count(name string, item []byte) int {
 	if set := s.sets[name]; set != nil {
 		out := make([]bool, 1)
 		set.mayContain([][]byte{item}, out)
@@ -265,15 +261,15 @@ func (s *Store) CFCount(name string, item []byte) int {
 	return 0
 }
 
-// CFDel removes one copy of item from the cuckoo key name and reports
+// Remove removes one copy of item from the cuckoo key name and reports
 // whether it did. A missing key is ErrNotFound. When the filter cannot
 // tell the item's copy from another item's (a fingerprint match in more than
-// one sub-filter), nothing is removed and CFDel returns false, so no other
+// one sub-filter), nothing is removed and Remove returns false, so no other
 // item becomes a false negative.
 //
 // On a table-backed set it removes the item from the gate when the gate's
 // filter can remove keys, and returns false when it cannot.
-func (s *Store) CFDel(name string, item []byte) (bool, error) {
+func (s *Store) Remove(name string, item []byte) (bool, error) {
 	if set := s.sets[name]; set != nil {
 		return set.remove(item)
 	}
@@ -312,7 +308,7 @@ func (s *Store) CFDel(name string, item []byte) (bool, error) {
 	}
 }
 
-// CuckooInfo is CF.INFO's reply.
+// CuckooInfo describes a cuckoo key.
 type CuckooInfo struct {
 	Capacity      uint64 // items all sub-filters accept together
 	Size          uint64 // bytes of the tables
@@ -325,8 +321,8 @@ type CuckooInfo struct {
 	MaxIterations int
 }
 
-// CFInfo describes the cuckoo key name.
-func (s *Store) CFInfo(name string) (CuckooInfo, error) {
+// cuckooInfo describes the cuckoo key name.
+func (s *Store) cuckooInfo(name string) (CuckooInfo, error) {
 	if s.sets[name] != nil {
 		return CuckooInfo{}, ErrWrongType
 	}

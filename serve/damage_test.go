@@ -24,11 +24,11 @@ func writeSeries(t *testing.T, dir string, n int) (string, []int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.BFReserve("first", BloomParams{Capacity: 10, ErrorRate: 0.01}); err != nil {
+	if err := s.Reserve("first", BloomParams{Capacity: 10, ErrorRate: 0.01}); err != nil {
 		t.Fatal(err)
 	}
 	for _, it := range items("s", n) {
-		if _, _, err := s.BFAdd("bf", [][]byte{it}, BloomParams{Capacity: 1000}, false); err != nil {
+		if _, _, err := s.Add("bf", [][]byte{it}, AddOptions{Create: BloomParams{Capacity: 1000}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -128,7 +128,7 @@ func TestLogDamage(t *testing.T) {
 			}
 
 			s := openStore(t, Config{DataDir: dir})
-			for i, ok := range s.BFExists("bf", items("s", n)) {
+			for i, ok := range held(s.MayContain("bf", items("s", n))) {
 				if !ok && i != tt.lost {
 					t.Fatalf("item s%d lost, only s%d may be", i, tt.lost)
 				}
@@ -167,7 +167,7 @@ func TestTornTails(t *testing.T) {
 			f.Close()
 			var logBuf bytes.Buffer
 			s := openStore(t, Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})
-			for i, ok := range s.BFExists("bf", items("s", 50)) {
+			for i, ok := range held(s.MayContain("bf", items("s", 50))) {
 				if !ok {
 					t.Fatalf("s%d lost", i)
 				}
@@ -191,13 +191,13 @@ func TestCorruptNewestSnapshot(t *testing.T) {
 	if err := s.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.BFAdd("bf2", items("between", 50), BloomParams{}, false); err != nil {
+	if _, _, err := s.Add("bf2", items("between", 50), AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.BFAdd("bf2", items("after", 50), BloomParams{}, false); err != nil {
+	if _, _, err := s.Add("bf2", items("after", 50), AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	crash(s)
@@ -208,7 +208,7 @@ func TestCorruptNewestSnapshot(t *testing.T) {
 	r := openStore(t, Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})
 	check(t, r)
 	for _, it := range [][][]byte{items("between", 50), items("after", 50)} {
-		for i, ok := range r.BFExists("bf2", it) {
+		for i, ok := range held(r.MayContain("bf2", it)) {
 			if !ok {
 				t.Fatalf("%s lost", it[i])
 			}
@@ -251,7 +251,7 @@ func TestCorruptSnapshotsNoFallback(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := s.BFAdd("late", items("l", 10), BloomParams{}, false); err != nil {
+	if _, _, err := s.Add("late", items("l", 10), AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	crash(s)
@@ -273,7 +273,7 @@ func TestCorruptSnapshotsNoFallback(t *testing.T) {
 		}
 	}
 	r := openStore(t, Config{DataDir: dir})
-	for _, ok := range r.BFExists("late", items("l", 10)) {
+	for _, ok := range held(r.MayContain("late", items("l", 10))) {
 		if !ok {
 			t.Fatal("a write in the log was lost")
 		}

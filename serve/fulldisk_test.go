@@ -53,19 +53,19 @@ func (f *faultFile) Sync() error {
 // returns the first error.
 func writeOps(s *Store, round int) error {
 	item := [][]byte{fmt.Appendf(nil, "item-%d", round)}
-	if _, _, err := s.BFAdd("bf", item, BloomParams{}, false); err != nil {
+	if _, _, err := s.Add("bf", item, AddOptions{}); err != nil {
 		return fmt.Errorf("BFAdd: %w", err)
 	}
-	if _, _, err := s.CFAdd("cf", item, CuckooParams{}, false, false); err != nil {
+	if _, _, err := s.Insert("cf", item, InsertOptions{}); err != nil {
 		return fmt.Errorf("CFAdd: %w", err)
 	}
-	if _, _, err := s.CFAdd("cfnx", item, CuckooParams{}, false, true); err != nil {
+	if _, _, err := s.Insert("cfnx", item, InsertOptions{IfAbsent: true}); err != nil {
 		return fmt.Errorf("CFAdd nx: %w", err)
 	}
-	if err := s.BFReserve(fmt.Sprint("res-bf-", round), BloomParams{Capacity: 10, ErrorRate: 0.01}); err != nil {
+	if err := s.Reserve(fmt.Sprint("res-bf-", round), BloomParams{Capacity: 10, ErrorRate: 0.01}); err != nil {
 		return fmt.Errorf("BFReserve: %w", err)
 	}
-	if err := s.CFReserve(fmt.Sprint("res-cf-", round), CuckooParams{Capacity: 10}); err != nil {
+	if err := s.Reserve(fmt.Sprint("res-cf-", round), CuckooParams{Capacity: 10}); err != nil {
 		return fmt.Errorf("CFReserve: %w", err)
 	}
 	return nil
@@ -97,20 +97,20 @@ func TestFullDisk(t *testing.T) {
 				if !errors.Is(err, ErrLogWrite) || !errors.Is(err, syscall.ENOSPC) {
 					t.Fatalf("write on a full disk: %v, want ErrLogWrite wrapping ENOSPC", err)
 				}
-				if _, _, err := s.CFAdd("cfnx", [][]byte{[]byte("item-100")}, CuckooParams{}, false, true); !errors.Is(err, ErrLogWrite) {
+				if _, _, err := s.Insert("cfnx", [][]byte{[]byte("item-100")}, InsertOptions{IfAbsent: true}); !errors.Is(err, ErrLogWrite) {
 					t.Fatalf("CF.ADDNX on a full disk: %v", err)
 				}
-				if n, err := s.Del([]string{"res-bf-0"}); n != 0 || !errors.Is(err, ErrLogWrite) {
+				if n, err := s.Delete([]string{"res-bf-0"}); n != 0 || !errors.Is(err, ErrLogWrite) {
 					t.Fatalf("Del on a full disk: %d, %v", n, err)
 				}
-				if ok, err := s.CFDel("cf", []byte("item-0")); ok || !errors.Is(err, ErrLogWrite) {
+				if ok, err := s.Remove("cf", []byte("item-0")); ok || !errors.Is(err, ErrLogWrite) {
 					t.Fatalf("CFDel on a full disk: %v, %v", ok, err)
 				}
 			}
 			refusedAbsent := func(s *Store, when string) {
 				t.Helper()
 				item := [][]byte{[]byte("item-100")}
-				if s.BFExists("bf", item)[0] || s.CFExists("cf", item)[0] {
+				if held(s.MayContain("bf", item))[0] || held(s.MayContain("cf", item))[0] {
 					t.Errorf("%s: a refused add is in memory", when)
 				}
 				if s.Type("res-bf-100") != KindNone || s.Type("res-cf-100") != KindNone {
@@ -118,10 +118,10 @@ func TestFullDisk(t *testing.T) {
 				}
 			}
 			refusedAbsent(s, "on the full disk")
-			if s.Type("res-bf-0") != KindBloom || !s.CFExists("cf", [][]byte{[]byte("item-0")})[0] {
+			if s.Type("res-bf-0") != KindBloom || !held(s.MayContain("cf", [][]byte{[]byte("item-0")}))[0] {
 				t.Error("a refused delete deleted")
 			}
-			if info, _ := s.CFInfo("cf"); info.Inserted != 3 || info.Deleted != 0 {
+			if info, _ := s.cuckooInfo("cf"); info.Inserted != 3 || info.Deleted != 0 {
 				t.Errorf("CFInfo after refused writes: %+v", info)
 			}
 
@@ -131,7 +131,7 @@ func TestFullDisk(t *testing.T) {
 					t.Fatalf("write once there is room again: %v", err)
 				}
 			}
-			if added, _, err := s.BFAdd("bf", [][]byte{[]byte("item-100")}, BloomParams{}, false); err != nil || !added[0] {
+			if added, _, err := s.Add("bf", [][]byte{[]byte("item-100")}, AddOptions{}); err != nil || !added[0] {
 				t.Fatalf("retry of a refused BF.ADD once there is room: %v, %v; want added", added, err)
 			}
 			crash(s)
@@ -139,20 +139,20 @@ func TestFullDisk(t *testing.T) {
 			r := openStore(t, Config{DataDir: dir})
 			for round := range 6 {
 				item := [][]byte{fmt.Appendf(nil, "item-%d", round)}
-				if !r.BFExists("bf", item)[0] || !r.CFExists("cf", item)[0] || !r.CFExists("cfnx", item)[0] {
+				if !held(r.MayContain("bf", item))[0] || !held(r.MayContain("cf", item))[0] || !held(r.MayContain("cfnx", item))[0] {
 					t.Errorf("acknowledged add of round %d lost", round)
 				}
 				if r.Type(fmt.Sprint("res-bf-", round)) != KindBloom || r.Type(fmt.Sprint("res-cf-", round)) != KindCuckoo {
 					t.Errorf("acknowledged reserve of round %d lost", round)
 				}
 			}
-			if !r.BFExists("bf", [][]byte{[]byte("item-100")})[0] {
+			if !held(r.MayContain("bf", [][]byte{[]byte("item-100")}))[0] {
 				t.Error("the acknowledged retry is lost")
 			}
-			if r.CFExists("cf", [][]byte{[]byte("item-100")})[0] || r.Type("res-bf-100") != KindNone {
+			if held(r.MayContain("cf", [][]byte{[]byte("item-100")}))[0] || r.Type("res-bf-100") != KindNone {
 				t.Error("a refused write came back after the restart")
 			}
-			if info, _ := r.CFInfo("cf"); info.Inserted != 6 {
+			if info, _ := r.cuckooInfo("cf"); info.Inserted != 6 {
 				t.Errorf("CFInfo after restart: %+v, want 6 inserted", info)
 			}
 		})
@@ -179,7 +179,7 @@ func TestFsyncFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	bfAdd := func(item string) error {
-		_, _, err := s.BFAdd("bf", [][]byte{[]byte(item)}, BloomParams{}, false)
+		_, _, err := s.Add("bf", [][]byte{[]byte(item)}, AddOptions{})
 		return err
 	}
 	// The background snapshot (every second while the log is failed)
@@ -201,10 +201,10 @@ func TestFsyncFailure(t *testing.T) {
 	if err := bfAdd("unknown"); !errors.Is(err, ErrOutcomeUnknown) {
 		t.Fatalf("a write whose fsync failed, no snapshot possible: %v, want ErrOutcomeUnknown", err)
 	}
-	if _, _, err := s.CFAdd("cf", [][]byte{[]byte("refused")}, CuckooParams{}, false, false); !errors.Is(err, ErrLogWrite) || errors.Is(err, ErrOutcomeUnknown) {
+	if _, _, err := s.Insert("cf", [][]byte{[]byte("refused")}, InsertOptions{}); !errors.Is(err, ErrLogWrite) || errors.Is(err, ErrOutcomeUnknown) {
 		t.Fatalf("a write after a failed fsync, before a snapshot: %v, want ErrLogWrite", err)
 	}
-	if s.CFExists("cf", [][]byte{[]byte("refused")})[0] {
+	if held(s.MayContain("cf", [][]byte{[]byte("refused")}))[0] {
 		t.Fatal("a refused CF.ADD changed the filter")
 	}
 	fs.syncFails.Store(false)
@@ -220,14 +220,14 @@ func TestFsyncFailure(t *testing.T) {
 	r := openStore(t, Config{DataDir: dir})
 	for _, round := range []int{0, 3} {
 		item := [][]byte{fmt.Appendf(nil, "item-%d", round)}
-		if !r.BFExists("bf", item)[0] || !r.CFExists("cf", item)[0] || r.Type(fmt.Sprint("res-cf-", round)) != KindCuckoo {
+		if !held(r.MayContain("bf", item))[0] || !held(r.MayContain("cf", item))[0] || r.Type(fmt.Sprint("res-cf-", round)) != KindCuckoo {
 			t.Errorf("acknowledged writes of round %d lost", round)
 		}
 	}
-	if !r.BFExists("bf", [][]byte{[]byte("held")})[0] {
+	if !held(r.MayContain("bf", [][]byte{[]byte("held")}))[0] {
 		t.Error("the acknowledged held write was lost")
 	}
-	if r.CFExists("cf", [][]byte{[]byte("refused")})[0] {
+	if held(r.MayContain("cf", [][]byte{[]byte("refused")}))[0] {
 		t.Error("a refused write is there after the restart")
 	}
 }

@@ -14,14 +14,14 @@ func seedFiles(f *testing.F) (logData, snapData []byte) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	if _, _, err := s.BFAdd("bf", items("a", 20), BloomParams{}, false); err != nil {
+	if _, _, err := s.Add("bf", items("a", 20), AddOptions{}); err != nil {
 		f.Fatal(err)
 	}
-	if _, _, err := s.CFAdd("cf", items("c", 20), CuckooParams{}, false, false); err != nil {
+	if _, _, err := s.Insert("cf", items("c", 20), InsertOptions{}); err != nil {
 		f.Fatal(err)
 	}
-	s.CFDel("cf", []byte("c1"))
-	s.Del([]string{"bf"})
+	s.Remove("cf", []byte("c1"))
+	s.Delete([]string{"bf"})
 	segs, _ := listSegments(dir)
 	logData, _ = os.ReadFile(filepath.Join(dir, segmentName(segs[0])))
 	if err := s.Close(); err != nil {

@@ -354,22 +354,22 @@ func (s *Store) MayContainAt(name string, item []byte, pos changefeed.Position) 
 	return t.gate.MayContainAt(item, pos), nil
 }
 
-// BGExists answers exactly whether key is in the table-backed set name.
+// Has answers exactly whether key is in the table-backed set name.
 // In ModeFollow: the filter first, then, on "maybe" (or while the set is
 // not ready), the confirm query; "absent" from the filter covers every row
-// committed more than the set's lag ago (BGExistsAt covers a given
+// committed more than the set's lag ago (HasAt covers a given
 // position). In ModeRebuild the filter cannot know of rows written since
 // its last build, so every key goes to the confirm query. A confirm that
 // finds nothing after a "maybe" is counted as an observed false positive in
 // the set's stats.
-func (s *Store) BGExists(ctx context.Context, name, key string) (bool, error) {
+func (s *Store) Has(ctx context.Context, name, key string) (bool, error) {
 	return s.bgExists(ctx, name, key, 0, false)
 }
 
-// BGExistsAt is BGExists as of position pos (see MayContainAt): the filter
-// answers "absent" only once the set has applied pos. A set in ModeRebuild
-// confirms every key, as BGExists does.
-func (s *Store) BGExistsAt(ctx context.Context, name, key string, pos changefeed.Position) (bool, error) {
+// HasAt is Has as of position pos (see MayContainAt): the filter answers
+// "absent" only once the set has applied pos. A set in ModeRebuild confirms
+// every key, as Has does.
+func (s *Store) HasAt(ctx context.Context, name, key string, pos changefeed.Position) (bool, error) {
 	return s.bgExists(ctx, name, key, pos, true)
 }
 

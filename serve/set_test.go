@@ -46,7 +46,7 @@ func exerciseSet(t *testing.T, s *serve.Store, insert func(string) error) {
 	t.Helper()
 	ctx := context.Background()
 	for i := range 1000 {
-		if !s.BFExists("users", [][]byte{[]byte(email(i))})[0] {
+		if !held(s.MayContain("users", [][]byte{[]byte(email(i))}))[0] {
 			t.Fatalf("false negative for %s", email(i))
 		}
 	}
@@ -54,14 +54,14 @@ func exerciseSet(t *testing.T, s *serve.Store, insert func(string) error) {
 		key  string
 		want bool
 	}{{email(7), true}, {"nobody@example.com", false}, {"  USER8@example.com ", true}} {
-		got, err := s.BGExists(ctx, "users", tt.key)
+		got, err := s.Has(ctx, "users", tt.key)
 		if err != nil || got != tt.want {
 			t.Errorf("BGExists(%q) = %v, %v; want %v", tt.key, got, err, tt.want)
 		}
 	}
 	// Count false positives observed through the confirm path.
 	for i := range 2000 {
-		if ok, err := s.BGExists(ctx, "users", fmt.Sprintf("absent%d@example.com", i)); ok || err != nil {
+		if ok, err := s.Has(ctx, "users", fmt.Sprintf("absent%d@example.com", i)); ok || err != nil {
 			t.Fatalf("absent key reported present: %v, %v", ok, err)
 		}
 	}
@@ -75,23 +75,23 @@ func exerciseSet(t *testing.T, s *serve.Store, insert func(string) error) {
 	if err := insert("direct@example.com"); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.BGExists(ctx, "users", "direct@example.com"); !ok || err != nil {
+	if ok, err := s.Has(ctx, "users", "direct@example.com"); !ok || err != nil {
 		t.Errorf("BGExists of a row inserted by plain SQL = %v, %v; want true", ok, err)
 	}
 	if _, err := s.MayContainAt("users", []byte("x"), 1); !errors.Is(err, serve.ErrNoPosition) {
 		t.Errorf("MayContainAt on a rebuild-only set: %v, want ErrNoPosition", err)
 	}
 	// The signup flow: add before the row commits, then the row exists.
-	if _, _, err := s.BFAdd("users", [][]byte{[]byte("new@example.com")}, serve.BloomParams{}, false); err != nil {
+	if _, _, err := s.Add("users", [][]byte{[]byte("new@example.com")}, serve.AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := insert("new@example.com"); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.BGExists(ctx, "users", "new@example.com"); !ok || err != nil {
+	if ok, err := s.Has(ctx, "users", "new@example.com"); !ok || err != nil {
 		t.Errorf("BGExists after signup = %v, %v", ok, err)
 	}
-	if _, err := s.Del([]string{"users"}); !errors.Is(err, serve.ErrSetReadOnly) {
+	if _, err := s.Delete([]string{"users"}); !errors.Is(err, serve.ErrSetReadOnly) {
 		t.Errorf("DEL of a set: %v", err)
 	}
 }
@@ -154,10 +154,10 @@ func TestSetPostgres(t *testing.T) {
 				// Right after a build the gate defers removes (its snapshot
 				// may not hold the row): CF.DEL answers 0 and the key stays
 				// "maybe present", never a false negative.
-				if ok, _ := s.CFDel("users", []byte("new@example.com")); ok {
+				if ok, _ := s.Remove("users", []byte("new@example.com")); ok {
 					t.Error("CF.DEL applied a remove within RebuildOverlap of the build")
 				}
-				if r := s.BFExists("users", [][]byte{[]byte("new@example.com")}); !r[0] {
+				if r := held(s.MayContain("users", [][]byte{[]byte("new@example.com")})); !r[0] {
 					t.Error("a key whose remove was deferred is reported absent")
 				}
 			}
@@ -178,7 +178,7 @@ func TestSetNotReadyFailsOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	for _, ok := range s.BFExists("users", [][]byte{[]byte("a"), []byte("b")}) {
+	for _, ok := range held(s.MayContain("users", [][]byte{[]byte("a"), []byte("b")})) {
 		if !ok {
 			t.Fatal("a set that is not ready answered 0")
 		}
@@ -211,4 +211,17 @@ func testDB(t *testing.T) (demo.PostgresUsers, string) {
 		pool.Close()
 	})
 	return demo.PostgresUsers{Pool: pool, Table: schema + ".users"}, schema
+}
+
+// held is MayContain's answers, for tests that know the key's kind.
+func held(b []bool, _ serve.Kind) []bool { return b }
+
+// expiringHeld is MayContain's answers for a name that must be an expiring
+// key or missing: a key of another kind is ErrWrongType, which front ends
+// answer for lookups on expiring keys.
+func expiringHeld(b []bool, k serve.Kind) ([]bool, error) {
+	if k != serve.KindExpiring && k != serve.KindNone {
+		return nil, serve.ErrWrongType
+	}
+	return b, nil
 }

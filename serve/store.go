@@ -392,8 +392,8 @@ func (s *Store) Type(name string) Kind {
 	return k
 }
 
-// Exists counts the names that exist (a name given twice counts twice).
-func (s *Store) Exists(names []string) int {
+// Existing counts the names that exist (a name given twice counts twice).
+func (s *Store) Existing(names []string) int {
 	n := 0
 	for _, name := range names {
 		if s.Type(name) != KindNone {
@@ -403,9 +403,9 @@ func (s *Store) Exists(names []string) int {
 	return n
 }
 
-// Del deletes the standalone filters named and returns how many existed.
+// Delete deletes the standalone filters named and returns how many existed.
 // A table-backed set cannot be deleted: ErrSetReadOnly.
-func (s *Store) Del(names []string) (int, error) {
+func (s *Store) Delete(names []string) (int, error) {
 	for _, name := range names {
 		if s.sets[name] != nil || s.isExpiringSet(name) {
 			return 0, ErrSetReadOnly
@@ -468,8 +468,8 @@ func (s *Store) Keys() []string {
 	return names
 }
 
-// DBSize returns the number of keys.
-func (s *Store) DBSize() int {
+// Len returns the number of keys.
+func (s *Store) Len() int {
 	s.mu.RLock()
 	n := len(s.keys)
 	s.mu.RUnlock()

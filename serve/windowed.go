@@ -147,10 +147,10 @@ var (
 // Now reads the Store's clock (Config.Now).
 func (s *Store) Now() time.Time { return s.cfg.Now() }
 
-// XReserve creates an empty expiring key. It fails with ErrExists when the
-// key exists, and with ErrTooLargeFilter when Generations generations would
-// exceed Config.MaxFilterBytes.
-func (s *Store) XReserve(name string, p ExpiringParams) error {
+// reserveExpiring creates an empty expiring key. It fails with ErrExists
+// when the key exists, and with ErrTooLargeFilter when Generations
+// generations would exceed Config.MaxFilterBytes.
+func (s *Store) reserveExpiring(name string, p ExpiringParams) error {
 	if err := s.checkWrite(); err != nil {
 		return err
 	}
@@ -187,15 +187,15 @@ func (s *Store) expiring(name string) (*object, error) {
 	return nil, ErrWrongType
 }
 
-// XAdd adds items to the expiring key name, each to be reported present at
-// every moment up to and including expiresAt by the Store's clock. added[i]
-// is true when item i was not reported present before (false: it may have
-// been added before; it is remembered until expiresAt either way). A
-// missing key is ErrNotFound (an expiring key needs its max TTL, so it is
+// AddUntil adds items to the expiring key name, each to be reported present
+// at every moment up to and including expiresAt by the Store's clock.
+// added[i] is true when item i was not reported present before (false: it
+// may have been added before; it is remembered until expiresAt either way).
+// A missing key is ErrNotFound (an expiring key needs its max TTL, so it is
 // never created implicitly); an expiry before now is ErrExpiryPast, one
 // further ahead than the max TTL ErrExpiryBeyondTTL. The add is logged
-// before it is applied and acknowledged once durable per the fsync policy.
-func (s *Store) XAdd(name string, items [][]byte, expiresAt time.Time) ([]bool, error) {
+// before it is applied and returns once durable per the fsync policy.
+func (s *Store) AddUntil(name string, items [][]byte, expiresAt time.Time) ([]bool, error) {
 	if err := s.checkWrite(); err != nil {
 		return nil, err
 	}
@@ -290,23 +290,7 @@ func (s *Store) expiringMayContain(o *object, items [][]byte, out []bool) {
 	mayContainMany(o.wf.MayContain, items, out)
 }
 
-// XExists reports for each item whether the expiring key name may hold it
-// with an expiry not yet passed. A missing key holds nothing; a key of
-// another kind is ErrWrongType.
-func (s *Store) XExists(name string, items [][]byte) ([]bool, error) {
-	out := make([]bool, len(items))
-	o, err := s.expiring(name)
-	switch {
-	case err == ErrNotFound:
-		return out, nil
-	case err != nil:
-		return nil, err
-	}
-	s.expiringMayContain(o, items, out)
-	return out, nil
-}
-
-// ExpiringInfo is BG.XINFO's reply.
+// ExpiringInfo describes an expiring key.
 type ExpiringInfo struct {
 	Params ExpiringParams // as created, defaults filled in
 	// GenerationCapacity is the items one generation is sized for.
@@ -324,9 +308,9 @@ type ExpiringInfo struct {
 	NextExpiry time.Time
 }
 
-// XInfo describes the expiring key name, after dropping the generations
-// that ended.
-func (s *Store) XInfo(name string) (ExpiringInfo, error) {
+// expiringInfo describes the expiring key name, after dropping the
+// generations that ended.
+func (s *Store) expiringInfo(name string) (ExpiringInfo, error) {
 	o, err := s.expiring(name)
 	if err != nil {
 		return ExpiringInfo{}, err

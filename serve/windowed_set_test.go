@@ -67,14 +67,14 @@ func TestExpiringSetSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !s.Ready() {
-		if got, _ := s.XExists("revoked", [][]byte{[]byte("never-revoked")}); !got[0] {
+		if got, _ := expiringHeld(s.MayContain("revoked", [][]byte{[]byte("never-revoked")})); !got[0] {
 			t.Fatal("an expiring set not scanned yet answered absent")
 		}
 	}
 	testsvc.Eventually(t, 10*time.Second, s.Ready, "the set to be ready")
 	checkSet := func(s *serve.Store, what string) {
 		t.Helper()
-		got, err := s.XExists("revoked", live)
+		got, err := expiringHeld(s.MayContain("revoked", live))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func TestExpiringSetSQLite(t *testing.T) {
 				t.Fatalf("%s: live row %s reported absent", what, live[i])
 			}
 		}
-		got, _ = s.XExists("revoked", dead)
+		got, _ = expiringHeld(s.MayContain("revoked", dead))
 		n := 0
 		for _, ok := range got {
 			if ok {
@@ -101,16 +101,16 @@ func TestExpiringSetSQLite(t *testing.T) {
 	// A row written by a service that does not BG.XADD: seen at a rescan.
 	db.ExecContext(ctx, "INSERT INTO revocations VALUES ('behind-its-back', ?)", now.Add(30*time.Minute).Unix())
 	testsvc.Eventually(t, 10*time.Second, func() bool {
-		got, _ := s.XExists("revoked", [][]byte{[]byte("behind-its-back")})
+		got, _ := expiringHeld(s.MayContain("revoked", [][]byte{[]byte("behind-its-back")}))
 		return got[0]
 	}, "the rescan to see a new row")
-	if _, err := s.XAdd("revoked", [][]byte{[]byte("via-serve")}, now.Add(10*time.Minute)); err != nil {
+	if _, err := s.AddUntil("revoked", [][]byte{[]byte("via-serve")}, now.Add(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := s.Del([]string{"revoked"}); !errors.Is(err, serve.ErrSetReadOnly) || n != 0 {
+	if n, err := s.Delete([]string{"revoked"}); !errors.Is(err, serve.ErrSetReadOnly) || n != 0 {
 		t.Errorf("DEL of a table-backed expiring set = %d, %v", n, err)
 	}
-	if err := s.XReserve("revoked", serve.ExpiringParams{MaxTTL: time.Hour, Capacity: 10}); !errors.Is(err, serve.ErrExists) {
+	if err := s.Reserve("revoked", serve.ExpiringParams{MaxTTL: time.Hour, Capacity: 10}); !errors.Is(err, serve.ErrExists) {
 		t.Errorf("XReserve over the set: %v", err)
 	}
 	if err := s.Close(); err != nil {
@@ -125,18 +125,18 @@ func TestExpiringSetSQLite(t *testing.T) {
 	defer s.Close()
 	testsvc.Eventually(t, 10*time.Second, s.Ready, "the set to be ready after a restart")
 	checkSet(s, "after a restart")
-	if got, _ := s.XExists("revoked", [][]byte{[]byte("via-serve")}); got[0] {
+	if got, _ := expiringHeld(s.MayContain("revoked", [][]byte{[]byte("via-serve")})); got[0] {
 		t.Log("via-serve present after the restart as a false positive") // it had no row
 	}
 
 	// Every row expires; the set empties with no delete.
 	c.Advance(71*time.Minute + 10*time.Minute + time.Second)
-	info, err := s.XInfo("revoked")
-	if err != nil {
-		t.Fatal(err)
+	info, err := s.Info("revoked")
+	if err != nil || info.Kind != serve.KindExpiring {
+		t.Fatal(info.Kind, err)
 	}
-	if info.Generations != 0 {
-		t.Errorf("after every row expired: %d generations held", info.Generations)
+	if info.Expiring.Generations != 0 {
+		t.Errorf("after every row expired: %d generations held", info.Expiring.Generations)
 	}
 }
 
@@ -154,7 +154,7 @@ func TestExpiringSetSourceDown(t *testing.T) {
 	if s.Ready() {
 		t.Error("ready with a table that cannot be read")
 	}
-	if got, _ := s.XExists("revoked", [][]byte{[]byte("anything")}); !got[0] {
+	if got, _ := expiringHeld(s.MayContain("revoked", [][]byte{[]byte("anything")})); !got[0] {
 		t.Error("a set that was never scanned answered absent")
 	}
 	if _, err := serve.Open(serve.Config{ExpiringSets: []serve.ExpiringSetConfig{{Name: "x", Source: failingSource{}}}}); err == nil {
@@ -195,11 +195,11 @@ func TestExpiringSetBeyondMaxTTL(t *testing.T) {
 	}
 	defer s.Close()
 	testsvc.Eventually(t, 10*time.Second, s.Ready, "ready")
-	if got, _ := s.XExists("r", [][]byte{[]byte("far"), []byte("not-a-row")}); !got[0] || !got[1] {
+	if got, _ := expiringHeld(s.MayContain("r", [][]byte{[]byte("far"), []byte("not-a-row")})); !got[0] || !got[1] {
 		t.Fatalf("with a row the filter cannot hold: %v, want every lookup present", got)
 	}
 	c.Advance(8*time.Hour + time.Second)
-	if got, _ := s.XExists("r", [][]byte{[]byte("not-a-row")}); got[0] {
+	if got, _ := expiringHeld(s.MayContain("r", [][]byte{[]byte("not-a-row")})); got[0] {
 		t.Error("still answering present after the far row's expiry")
 	}
 }
@@ -223,7 +223,7 @@ func TestExpiringSetBeyondMaxTTLHeld(t *testing.T) {
 	testsvc.Eventually(t, 10*time.Second, s.Ready, "ready")
 	for _, at := range []time.Duration{0, 60 * time.Second, 89 * time.Second} {
 		c.ns.Store(t0.Add(at).UnixNano())
-		if got, _ := s.XExists("r", [][]byte{[]byte("far"), []byte("not-a-row")}); !got[0] || got[1] {
+		if got, _ := expiringHeld(s.MayContain("r", [][]byte{[]byte("far"), []byte("not-a-row")})); !got[0] || got[1] {
 			t.Fatalf("at +%v: far %v, not-a-row %v; want the far row present and the set exact", at, got[0], got[1])
 		}
 	}

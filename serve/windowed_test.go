@@ -37,7 +37,7 @@ func xparams(maxTTL time.Duration, capacity uint64) ExpiringParams {
 
 func mustXAdd(t testing.TB, s *Store, name string, exp time.Time, its ...[]byte) {
 	t.Helper()
-	if _, err := s.XAdd(name, its, exp); err != nil {
+	if _, err := s.AddUntil(name, its, exp); err != nil {
 		t.Fatalf("XAdd(%s, %d items, %v): %v", name, len(its), exp, err)
 	}
 }
@@ -46,10 +46,10 @@ func TestExpiringErrors(t *testing.T) {
 	clock := newFakeClock()
 	s := openStore(t, Config{Now: clock.Now})
 	now := clock.Now()
-	if err := s.XReserve("x", xparams(time.Hour, 1000)); err != nil {
+	if err := s.Reserve("x", xparams(time.Hour, 1000)); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.BFAdd("bf", items("b", 1), BloomParams{}, false); err != nil {
+	if _, _, err := s.Add("bf", items("b", 1), AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
@@ -57,24 +57,24 @@ func TestExpiringErrors(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"reserve twice", s.XReserve("x", xparams(time.Hour, 1000)), ErrExists},
-		{"reserve over a bloom key", s.XReserve("bf", xparams(time.Hour, 1000)), ErrWrongType},
-		{"no max TTL", s.XReserve("y", xparams(0, 1000)), nil},
-		{"no capacity", s.XReserve("y", xparams(time.Hour, 0)), nil},
-		{"one generation", s.XReserve("y", ExpiringParams{MaxTTL: time.Hour, Capacity: 10, Generations: 1}), nil},
-		{"too large", s.XReserve("y", ExpiringParams{MaxTTL: time.Hour, Capacity: 1 << 30, ErrorRate: 1e-9, Generations: 64}), nil},
-		{"add past", second(s.XAdd("x", items("a", 1), now.Add(-time.Millisecond))), ErrExpiryPast},
-		{"add beyond TTL", second(s.XAdd("x", items("a", 1), now.Add(time.Hour+time.Millisecond))), ErrExpiryBeyondTTL},
-		{"add to missing key", second(s.XAdd("nokey", items("a", 1), now.Add(time.Minute))), ErrNotFound},
-		{"add to bloom key", second(s.XAdd("bf", items("a", 1), now.Add(time.Minute))), ErrWrongType},
-		{"exists on bloom key", second(s.XExists("bf", items("a", 1))), ErrWrongType},
-		{"info on bloom key", second(s.XInfo("bf")), ErrWrongType},
-		{"info on missing key", second(s.XInfo("nokey")), ErrNotFound},
-		{"BF.ADD on expiring key", third(s.BFAdd("x", items("a", 1), BloomParams{}, false)), ErrWrongType},
-		{"CF.ADD on expiring key", third(s.CFAdd("x", items("a", 1), CuckooParams{}, false, false)), ErrWrongType},
-		{"BF.INFO on expiring key", second(s.BFInfo("x")), ErrWrongType},
-		{"CF.INFO on expiring key", second(s.CFInfo("x")), ErrWrongType},
-		{"CF.DEL on expiring key", second(s.CFDel("x", []byte("a"))), ErrWrongType},
+		{"reserve twice", s.Reserve("x", xparams(time.Hour, 1000)), ErrExists},
+		{"reserve over a bloom key", s.Reserve("bf", xparams(time.Hour, 1000)), ErrWrongType},
+		{"no max TTL", s.Reserve("y", xparams(0, 1000)), nil},
+		{"no capacity", s.Reserve("y", xparams(time.Hour, 0)), nil},
+		{"one generation", s.Reserve("y", ExpiringParams{MaxTTL: time.Hour, Capacity: 10, Generations: 1}), nil},
+		{"too large", s.Reserve("y", ExpiringParams{MaxTTL: time.Hour, Capacity: 1 << 30, ErrorRate: 1e-9, Generations: 64}), nil},
+		{"add past", second(s.AddUntil("x", items("a", 1), now.Add(-time.Millisecond))), ErrExpiryPast},
+		{"add beyond TTL", second(s.AddUntil("x", items("a", 1), now.Add(time.Hour+time.Millisecond))), ErrExpiryBeyondTTL},
+		{"add to missing key", second(s.AddUntil("nokey", items("a", 1), now.Add(time.Minute))), ErrNotFound},
+		{"add to bloom key", second(s.AddUntil("bf", items("a", 1), now.Add(time.Minute))), ErrWrongType},
+		{"exists on bloom key", second(expiringHeld(s.MayContain("bf", items("a", 1)))), ErrWrongType},
+		{"info on bloom key", second(s.expiringInfo("bf")), ErrWrongType},
+		{"info on missing key", second(s.expiringInfo("nokey")), ErrNotFound},
+		{"BF.ADD on expiring key", third(s.Add("x", items("a", 1), AddOptions{})), ErrWrongType},
+		{"CF.ADD on expiring key", third(s.Insert("x", items("a", 1), InsertOptions{})), ErrWrongType},
+		{"BF.INFO on expiring key", second(s.bloomInfo("x")), ErrWrongType},
+		{"CF.INFO on expiring key", second(s.cuckooInfo("x")), ErrWrongType},
+		{"CF.DEL on expiring key", second(s.Remove("x", []byte("a"))), ErrWrongType},
 	} {
 		switch {
 		case tt.want == nil && !IsArgError(tt.err):
@@ -86,7 +86,7 @@ func TestExpiringErrors(t *testing.T) {
 	if s.Type("y") != KindNone {
 		t.Error("a refused XReserve created its key")
 	}
-	if got, err := s.XExists("nokey", items("a", 2)); err != nil || got[0] || got[1] {
+	if got, err := expiringHeld(s.MayContain("nokey", items("a", 2))); err != nil || got[0] || got[1] {
 		t.Errorf("XExists on a missing key = %v, %v", got, err)
 	}
 	if s.Type("x") != KindExpiring || s.Type("x").String() != "expiring" {
@@ -103,11 +103,11 @@ func third[T, U any](_ T, _ U, err error) error { return err }
 func TestExpiringCrossTypeReads(t *testing.T) {
 	clock := newFakeClock()
 	s := openStore(t, Config{Now: clock.Now})
-	if err := s.XReserve("x", xparams(time.Hour, 1000)); err != nil {
+	if err := s.Reserve("x", xparams(time.Hour, 1000)); err != nil {
 		t.Fatal(err)
 	}
 	mustXAdd(t, s, "x", clock.Now().Add(time.Minute), []byte("tok"))
-	if !s.BFExists("x", [][]byte{[]byte("tok")})[0] || !s.CFExists("x", [][]byte{[]byte("tok")})[0] || s.CFCount("x", []byte("tok")) != 1 {
+	if !held(s.MayContain("x", [][]byte{[]byte("tok")}))[0] || !held(s.MayContain("x", [][]byte{[]byte("tok")}))[0] || s.Count("x", []byte("tok")) != 1 {
 		t.Error("BF.EXISTS, CF.EXISTS or CF.COUNT on an expiring key reports a live item absent")
 	}
 }
@@ -130,7 +130,7 @@ func TestExpiringNoFalseNegatives(t *testing.T) {
 	if testing.Short() {
 		n = 4000
 	}
-	if err := s.XReserve("revoked", xparams(maxTTL, uint64(2*n))); err != nil {
+	if err := s.Reserve("revoked", xparams(maxTTL, uint64(2*n))); err != nil {
 		t.Fatal(err)
 	}
 	window := maxTTL / 7
@@ -178,7 +178,7 @@ func TestExpiringNoFalseNegatives(t *testing.T) {
 		for i, e := range all {
 			keys[i] = e.id
 		}
-		got, err := s.XExists("revoked", keys)
+		got, err := expiringHeld(s.MayContain("revoked", keys))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +209,7 @@ func TestExpiringNoFalseNegatives(t *testing.T) {
 	if restarts < 3 {
 		t.Fatalf("only %d restarts", restarts)
 	}
-	info, err := s.XInfo("revoked")
+	info, err := s.expiringInfo("revoked")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestExpiringMemoryFlat(t *testing.T) {
 	s := openStore(t, Config{Now: clock.Now})
 	const maxTTL = 10 * time.Minute
 	const perStep = 500
-	if err := s.XReserve("r", xparams(maxTTL, 60*perStep)); err != nil {
+	if err := s.Reserve("r", xparams(maxTTL, 60*perStep)); err != nil {
 		t.Fatal(err)
 	}
 	id := 0
@@ -246,7 +246,7 @@ func TestExpiringMemoryFlat(t *testing.T) {
 	first := run()
 	second := run()
 	third := run()
-	info, _ := s.XInfo("r")
+	info, _ := s.expiringInfo("r")
 	t.Logf("used memory after 1, 2, 3 max TTLs: %d, %d, %d bytes; %+v", first, second, third, info)
 	if float64(second) > 1.2*float64(first) || float64(third) > 1.2*float64(first) {
 		t.Errorf("memory grew with churn: %d, then %d and %d", first, second, third)
@@ -265,7 +265,7 @@ func TestExpiringMaxMemory(t *testing.T) {
 	p := xparams(time.Hour, 70000)
 	gen, _ := p.withDefaults().generationBytes()
 	s := openStore(t, Config{Now: clock.Now, MaxMemory: 2*gen + gen/2})
-	if err := s.XReserve("x", p); err != nil {
+	if err := s.Reserve("x", p); err != nil {
 		t.Fatal(err)
 	}
 	now := clock.Now()
@@ -275,13 +275,13 @@ func TestExpiringMaxMemory(t *testing.T) {
 	if s.UsedMemory() != 3*gen {
 		t.Fatalf("used %d, want 3 generations of %d", s.UsedMemory(), gen)
 	}
-	if _, err := s.XAdd("x", items("a", 1), now.Add(time.Minute)); !errors.Is(err, ErrOOM) {
+	if _, err := s.AddUntil("x", items("a", 1), now.Add(time.Minute)); !errors.Is(err, ErrOOM) {
 		t.Errorf("add over maxmemory: %v, want ErrOOM", err)
 	}
-	if got, _ := s.XExists("x", [][]byte{{0}, {1}, {2}}); !got[0] || !got[1] || !got[2] {
+	if got, _ := expiringHeld(s.MayContain("x", [][]byte{{0}, {1}, {2}})); !got[0] || !got[1] || !got[2] {
 		t.Errorf("reads over maxmemory: %v", got)
 	}
-	if n, err := s.Del([]string{"x"}); n != 1 || err != nil || s.UsedMemory() != 0 {
+	if n, err := s.Delete([]string{"x"}); n != 1 || err != nil || s.UsedMemory() != 0 {
 		t.Errorf("Del = %d, %v; used %d", n, err, s.UsedMemory())
 	}
 }
@@ -299,7 +299,7 @@ func TestExpiringReplayNotResurrected(t *testing.T) {
 				t.Fatal(err)
 			}
 			const maxTTL = 70 * time.Minute // windows of 10 minutes
-			if err := s.XReserve("r", xparams(maxTTL, 10000)); err != nil {
+			if err := s.Reserve("r", xparams(maxTTL, 10000)); err != nil {
 				t.Fatal(err)
 			}
 			now := clock.Now()
@@ -315,7 +315,7 @@ func TestExpiringReplayNotResurrected(t *testing.T) {
 			clock.Advance(25 * time.Minute) // down past the short ones' window
 			r := openStore(t, cfg)
 			present := 0
-			got, _ := r.XExists("r", short)
+			got, _ := expiringHeld(r.MayContain("r", short))
 			for _, ok := range got {
 				if ok {
 					present++
@@ -324,13 +324,13 @@ func TestExpiringReplayNotResurrected(t *testing.T) {
 			if present > 20 {
 				t.Errorf("%d of %d expired items present after the restart", present, len(short))
 			}
-			got, _ = r.XExists("r", long)
+			got, _ = expiringHeld(r.MayContain("r", long))
 			for i, ok := range got {
 				if !ok {
 					t.Fatalf("live item %s lost", long[i])
 				}
 			}
-			info, _ := r.XInfo("r")
+			info, _ := r.expiringInfo("r")
 			if info.Items != uint64(len(long)) {
 				t.Errorf("items after the restart = %d, want %d", info.Items, len(long))
 			}
@@ -351,7 +351,7 @@ func TestExpiringReplayClockBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	const maxTTL = 3 * time.Hour // G = 4: windows of one hour
-	if err := s.XReserve("r", ExpiringParams{MaxTTL: maxTTL, Capacity: 100, Generations: 4}); err != nil {
+	if err := s.Reserve("r", ExpiringParams{MaxTTL: maxTTL, Capacity: 100, Generations: 4}); err != nil {
 		t.Fatal(err)
 	}
 	// From 00:30, fill the four windows ending 01:00 to 04:00; then, at
@@ -376,18 +376,18 @@ func TestExpiringReplayClockBack(t *testing.T) {
 	if !strings.Contains(logBuf.String(), "answers present") {
 		t.Fatalf("no fail-open warning; log:\n%s", logBuf.String())
 	}
-	if got, _ := r.XExists("r", [][]byte{[]byte("late"), []byte("never-added")}); !got[0] || !got[1] {
+	if got, _ := expiringHeld(r.MayContain("r", [][]byte{[]byte("late"), []byte("never-added")})); !got[0] || !got[1] {
 		t.Fatalf("after a replay that could not hold an item: %v, want every lookup present", got)
 	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
 	r2 := openStore(t, Config{Now: clock.Now, DataDir: cfg.DataDir})
-	if got, _ := r2.XExists("r", [][]byte{[]byte("late")}); !got[0] {
+	if got, _ := expiringHeld(r2.MayContain("r", [][]byte{[]byte("late")})); !got[0] {
 		t.Fatal("the fail-open state did not survive a snapshot")
 	}
 	clock.Ns(lateExp.Add(time.Second))
-	if got, _ := r2.XExists("r", [][]byte{[]byte("never-added")}); got[0] {
+	if got, _ := expiringHeld(r2.MayContain("r", [][]byte{[]byte("never-added")})); got[0] {
 		t.Error("still failing open after the item's expiry")
 	}
 }
@@ -400,7 +400,7 @@ func TestExpiringGolden(t *testing.T) {
 	clock := newFakeClock()
 	dir := t.TempDir()
 	s := openStore(t, Config{Now: clock.Now, DataDir: dir})
-	if err := s.XReserve("revoked", ExpiringParams{MaxTTL: 7 * time.Minute, Capacity: 70, ErrorRate: 0.01}); err != nil {
+	if err := s.Reserve("revoked", ExpiringParams{MaxTTL: 7 * time.Minute, Capacity: 70, ErrorRate: 0.01}); err != nil {
 		t.Fatal(err)
 	}
 	mustXAdd(t, s, "revoked", clock.Now().Add(90*time.Second), []byte("jti-1"), []byte("jti-2"))
@@ -501,7 +501,7 @@ func FuzzDecodeExpiring(f *testing.F) {
 func TestExpiringSweepOnItsOwn(t *testing.T) {
 	clock := newFakeClock()
 	s := openStore(t, Config{Now: clock.Now})
-	if err := s.XReserve("r", xparams(time.Hour, 1000)); err != nil {
+	if err := s.Reserve("r", xparams(time.Hour, 1000)); err != nil {
 		t.Fatal(err)
 	}
 	mustXAdd(t, s, "r", clock.Now().Add(time.Minute), []byte("a"))

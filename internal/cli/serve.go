@@ -351,7 +351,7 @@ func registerServerMetrics(reg *prometheus.Registry, store *serve.Store, srv *re
 	}
 	reg.MustRegister(
 		gauge("bloomgate_serve_used_memory_bytes", "Bytes held by standalone filters.", func() float64 { return float64(store.UsedMemory()) }),
-		gauge("bloomgate_serve_keys", "Keys in the keyspace, table-backed sets included.", func() float64 { return float64(store.DBSize()) }),
+		gauge("bloomgate_serve_keys", "Keys in the keyspace, table-backed sets included.", func() float64 { return float64(store.Len()) }),
 		gauge("bloomgate_serve_ready", "1 when every table-backed set is ready.", func() float64 {
 			if store.Ready() {
 				return 1

@@ -35,7 +35,7 @@ func (a *api) createExpiring(name string, spec FilterSpec, rate float64) error {
 	if spec.MaxTTLSeconds < 1 || spec.MaxTTLSeconds > math.MaxInt64/int64(time.Second) {
 		return &serve.Error{Code: serve.CodeBadArgument, Param: serve.ParamMaxTTL, Msg: "max_ttl_seconds must be at least 1"}
 	}
-	return a.store.XReserve(name, serve.ExpiringParams{
+	return a.store.Reserve(name, serve.ExpiringParams{
 		MaxTTL:      time.Duration(spec.MaxTTLSeconds) * time.Second,
 		Capacity:    spec.Capacity,
 		ErrorRate:   rate,
@@ -44,10 +44,11 @@ func (a *api) createExpiring(name string, spec FilterSpec, rate float64) error {
 }
 
 func (a *api) expiringInfo(name string) (SetInfo, bool) {
-	xi, err := a.store.XInfo(name)
-	if err != nil {
+	all, err := a.store.Info(name)
+	if err != nil || all.Kind != serve.KindExpiring {
 		return SetInfo{}, false
 	}
+	xi := all.Expiring
 	e := &ExpiringInfo{
 		MaxTTLSeconds: int64(xi.Params.MaxTTL / time.Second), ErrorRate: xi.Params.ErrorRate,
 		Generations: xi.Generations, MaxGenerations: xi.Params.Generations,
@@ -92,7 +93,7 @@ func (a *api) addExpiring(w http.ResponseWriter, name string, keys [][]byte, bod
 		sec, frac := math.Modf(at)
 		exp = time.Unix(int64(sec), int64(frac*float64(time.Second)))
 	}
-	added, err := a.store.XAdd(name, keys, exp)
+	added, err := a.store.AddUntil(name, keys, exp)
 	if err != nil {
 		writeServeError(w, err)
 		return

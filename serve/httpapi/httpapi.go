@@ -294,18 +294,16 @@ func (a *api) info(name string) (SetInfo, bool) {
 			TargetFPRate: st.ConfiguredFPRate, FillRatio: st.Filter.FillRatio, Builds: st.Builds,
 		}, true
 	}
-	switch a.store.Type(name) {
+	all, err := a.store.Info(name)
+	if err != nil {
+		return SetInfo{}, false
+	}
+	switch all.Kind {
 	case serve.KindBloom:
-		bi, err := a.store.BFInfo(name)
-		if err != nil {
-			return SetInfo{}, false
-		}
+		bi := all.Bloom
 		return SetInfo{Name: name, Kind: "bloom", Ready: true, Capacity: bi.Capacity, Items: bi.Items, Bytes: bi.Size, Filters: bi.Filters}, true
 	case serve.KindCuckoo:
-		ci, err := a.store.CFInfo(name)
-		if err != nil {
-			return SetInfo{}, false
-		}
+		ci := all.Cuckoo
 		return SetInfo{Name: name, Kind: "cuckoo", Ready: true, Capacity: ci.Capacity, Items: ci.Inserted - min(ci.Deleted, ci.Inserted), Bytes: ci.Size, Filters: ci.Filters}, true
 	case serve.KindExpiring:
 		return a.expiringInfo(name)
@@ -367,10 +365,10 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 		if p.NonScaling {
 			p.Expansion = 0
 		}
-		err = a.store.BFReserve(name, p)
+		err = a.store.Reserve(name, p)
 	case "cuckoo":
 		p := serve.CuckooParams{Capacity: spec.Capacity, BucketSize: spec.BucketSize, Expansion: spec.Expansion}
-		err = a.store.CFReserve(name, p)
+		err = a.store.Reserve(name, p)
 	case "expiring":
 		err = a.createExpiring(name, spec, rate)
 	default:
@@ -386,7 +384,7 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) del(w http.ResponseWriter, r *http.Request) {
-	n, err := a.store.Del([]string{r.PathValue("name")})
+	n, err := a.store.Delete([]string{r.PathValue("name")})
 	if err != nil {
 		writeServeError(w, err)
 		return
@@ -400,10 +398,8 @@ func (a *api) del(w http.ResponseWriter, r *http.Request) {
 
 // mayContain answers for any kind of key.
 func (a *api) mayContain(name string, keys [][]byte) []bool {
-	if a.store.Type(name) == serve.KindCuckoo {
-		return a.store.CFExists(name, keys)
-	}
-	return a.store.BFExists(name, keys)
+	held, _ := a.store.MayContain(name, keys)
+	return held
 }
 
 func keyParam(w http.ResponseWriter, r *http.Request) (string, bool) {
@@ -471,9 +467,9 @@ func (a *api) exists(w http.ResponseWriter, r *http.Request) {
 	var found bool
 	var err error
 	if at {
-		found, err = a.store.BGExistsAt(r.Context(), r.PathValue("name"), key, pos)
+		found, err = a.store.HasAt(r.Context(), r.PathValue("name"), key, pos)
 	} else {
-		found, err = a.store.BGExists(r.Context(), r.PathValue("name"), key)
+		found, err = a.store.Has(r.Context(), r.PathValue("name"), key)
 	}
 	if err != nil {
 		writeServeError(w, err)
@@ -494,7 +490,7 @@ func (a *api) add(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if a.store.Type(name) == serve.KindCuckoo {
-		res, full, err := a.store.CFAdd(name, keys, serve.CuckooParams{}, true, false)
+		res, full, err := a.store.Insert(name, keys, serve.InsertOptions{NoCreate: true})
 		if err != nil {
 			writeServeError(w, err)
 			return
@@ -511,7 +507,7 @@ func (a *api) add(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"added": added})
 		return
 	}
-	added, stop, err := a.store.BFAdd(name, keys, serve.BloomParams{}, true)
+	added, stop, err := a.store.Add(name, keys, serve.AddOptions{NoCreate: true})
 	if err != nil {
 		writeServeError(w, err)
 		return
@@ -534,11 +530,8 @@ func (a *api) remove(w http.ResponseWriter, r *http.Request) {
 		writeServeError(w, serve.ErrRemoveFailed)
 		return
 	}
-	removed, err := a.store.CFDel(name, []byte(key))
+	removed, err := a.store.Remove(name, []byte(key))
 	if err != nil {
-		if errors.Is(err, serve.ErrNotFound) {
-			err = serve.ErrNotFound
-		}
 		writeServeError(w, err)
 		return
 	}

@@ -20,7 +20,7 @@ func TestStatusPageAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if err := st.BFReserve("f", serve.BloomParams{Capacity: 100, ErrorRate: 0.01}); err != nil {
+	if err := st.Reserve("f", serve.BloomParams{Capacity: 100, ErrorRate: 0.01}); err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(Handler(Config{Store: st, Token: "tok"}))

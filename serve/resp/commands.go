@@ -455,7 +455,7 @@ func cmdInfo(c *conn, _ [][]byte) {
 		st.ConnectionsTotal, st.ConnectionsRejected, st.Commands)
 	fmt.Fprintf(&b, "# Modules\r\nmodule:name=bf,ver=%d,api=1,filters=0,usedby=[],using=[],options=[]\r\n\r\n", bloomModuleVersion)
 	c.infoBloomgate(&b)
-	if n := c.s.store.DBSize(); n > 0 {
+	if n := c.s.store.Len(); n > 0 {
 		fmt.Fprintf(&b, "# Keyspace\r\ndb0:keys=%d,expires=0,avg_ttl=0\r\n", n)
 	} else {
 		b.WriteString("# Keyspace\r\n")
@@ -474,7 +474,7 @@ func names(args [][]byte) []string {
 }
 
 func cmdDel(c *conn, args [][]byte) {
-	n, err := c.s.store.Del(names(args[1:]))
+	n, err := c.s.store.Delete(names(args[1:]))
 	if err != nil {
 		c.replyErr(err)
 		return
@@ -482,11 +482,11 @@ func cmdDel(c *conn, args [][]byte) {
 	c.w.int(int64(n))
 }
 
-func cmdExists(c *conn, args [][]byte) { c.w.int(int64(c.s.store.Exists(names(args[1:])))) }
+func cmdExists(c *conn, args [][]byte) { c.w.int(int64(c.s.store.Existing(names(args[1:])))) }
 
 func cmdType(c *conn, args [][]byte) { c.w.simple(typeName(c.s.store.Type(string(args[1])))) }
 
-func cmdDBSize(c *conn, _ [][]byte) { c.w.int(int64(c.s.store.DBSize())) }
+func cmdDBSize(c *conn, _ [][]byte) { c.w.int(int64(c.s.store.Len())) }
 
 func cmdKeys(c *conn, args [][]byte) {
 	var out []string
@@ -568,7 +568,7 @@ func cmdScan(c *conn, args [][]byte) {
 // cmdBGExists: BG.EXISTS set key — exact membership: the filter, then the
 // set's confirm query on "maybe".
 func cmdBGExists(c *conn, args [][]byte) {
-	ok, err := c.s.store.BGExists(context.Background(), string(args[1]), string(args[2]))
+	ok, err := c.s.store.Has(context.Background(), string(args[1]), string(args[2]))
 	if err != nil {
 		c.replyErr(err)
 		return

@@ -41,7 +41,7 @@ func cmdBGExistsAt(c *conn, args [][]byte) {
 		c.replyErr(err)
 		return
 	}
-	ok, err := c.s.store.BGExistsAt(context.Background(), string(args[1]), string(args[2]), pos)
+	ok, err := c.s.store.HasAt(context.Background(), string(args[1]), string(args[2]), pos)
 	if err != nil {
 		c.replyErr(err)
 		return

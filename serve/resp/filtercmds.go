@@ -75,7 +75,7 @@ func cmdBFReserve(c *conn, args [][]byte) {
 		}
 		p.Expansion = uint32(e)
 	}
-	if err := c.s.store.BFReserve(string(args[1]), p); err != nil {
+	if err := c.s.store.Reserve(string(args[1]), p); err != nil {
 		c.replyErr(err)
 		return
 	}
@@ -83,7 +83,7 @@ func cmdBFReserve(c *conn, args [][]byte) {
 }
 
 func cmdBFAdd(c *conn, args [][]byte) {
-	added, stop, err := c.s.store.BFAdd(string(args[1]), args[2:], serve.BloomParams{}, false)
+	added, stop, err := c.s.store.Add(string(args[1]), args[2:], serve.AddOptions{})
 	switch {
 	case err != nil:
 		c.replyErr(err)
@@ -111,7 +111,7 @@ func (c *conn) writeAdded(added []bool, stop error) {
 }
 
 func cmdBFMAdd(c *conn, args [][]byte) {
-	added, stop, err := c.s.store.BFAdd(string(args[1]), args[2:], serve.BloomParams{}, false)
+	added, stop, err := c.s.store.Add(string(args[1]), args[2:], serve.AddOptions{})
 	if err != nil {
 		c.replyErr(err)
 		return
@@ -174,7 +174,7 @@ items:
 	if p.NonScaling {
 		p.Expansion = 0
 	}
-	added, stop, err := c.s.store.BFAdd(string(args[1]), args[i+1:], p, noCreate)
+	added, stop, err := c.s.store.Add(string(args[1]), args[i+1:], serve.AddOptions{Create: p, NoCreate: noCreate})
 	switch {
 	case errors.Is(err, serve.ErrBadCapacity):
 		c.w.errorMsg("Bad capacity") // BF.INSERT's texts for the same ranges
@@ -190,15 +190,15 @@ items:
 }
 
 func cmdBFExists(c *conn, args [][]byte) {
-	c.w.bool(c.s.store.BFExists(string(args[1]), args[2:3])[0])
+	c.w.bool(c.mayContain(string(args[1]), args[2:3], serve.KindCuckoo)[0])
 }
 
 func cmdBFMExists(c *conn, args [][]byte) {
-	c.w.bools(c.s.store.BFExists(string(args[1]), args[2:]))
+	c.w.bools(c.mayContain(string(args[1]), args[2:], serve.KindCuckoo))
 }
 
 func cmdBFCard(c *conn, args [][]byte) {
-	n, err := c.s.store.BFCard(string(args[1]))
+	n, err := c.s.store.Cardinality(string(args[1]))
 	if err != nil {
 		c.replyErr(err)
 		return
@@ -224,11 +224,12 @@ func cmdBFInfo(c *conn, args [][]byte) {
 			return
 		}
 	}
-	info, err := c.s.store.BFInfo(string(args[1]))
+	all, err := c.infoOf(string(args[1]), serve.KindBloom, serve.KindSet)
 	if err != nil {
 		c.replyErr(err)
 		return
 	}
+	info := all.Bloom
 	labels := []string{"Capacity", "Size", "Number of filters", "Number of items inserted", "Expansion rate"}
 	values := []int64{int64(info.Capacity), int64(info.Size), int64(info.Filters), int64(info.Items), int64(info.Expansion)}
 	writeField := func(i int) {
@@ -342,7 +343,7 @@ func cmdCFReserve(c *conn, args [][]byte) {
 		c.replyErr(serve.ErrBadCuckooCapacity)
 		return
 	}
-	if err := c.s.store.CFReserve(string(args[1]), p); err != nil {
+	if err := c.s.store.Reserve(string(args[1]), p); err != nil {
 		c.replyErr(err)
 		return
 	}
@@ -350,7 +351,7 @@ func cmdCFReserve(c *conn, args [][]byte) {
 }
 
 func (c *conn) cfAddOne(args [][]byte, nx bool) {
-	res, full, err := c.s.store.CFAdd(string(args[1]), args[2:3], serve.CuckooParams{}, false, nx)
+	res, full, err := c.s.store.Insert(string(args[1]), args[2:3], serve.InsertOptions{IfAbsent: nx})
 	switch {
 	case err != nil:
 		c.replyErr(err)
@@ -401,7 +402,7 @@ items:
 		c.arityError(name)
 		return
 	}
-	res, _, err := c.s.store.CFAdd(string(args[1]), args[i+1:], p, noCreate, nx)
+	res, _, err := c.s.store.Insert(string(args[1]), args[i+1:], serve.InsertOptions{Create: p, NoCreate: noCreate, IfAbsent: nx})
 	if errors.Is(err, serve.ErrBadCuckooCapacity) {
 		c.w.errorMsg("Capacity must be in the range [cf-bucket-size * 2, 1073741824]")
 		return
@@ -424,19 +425,19 @@ func cmdCFInsert(c *conn, args [][]byte)   { c.cfInsert(args, false) }
 func cmdCFInsertNX(c *conn, args [][]byte) { c.cfInsert(args, true) }
 
 func cmdCFExists(c *conn, args [][]byte) {
-	c.w.bool(c.s.store.CFExists(string(args[1]), args[2:3])[0])
+	c.w.bool(c.mayContain(string(args[1]), args[2:3], serve.KindBloom)[0])
 }
 
 func cmdCFMExists(c *conn, args [][]byte) {
-	c.w.bools(c.s.store.CFExists(string(args[1]), args[2:]))
+	c.w.bools(c.mayContain(string(args[1]), args[2:], serve.KindBloom))
 }
 
 func cmdCFCount(c *conn, args [][]byte) {
-	c.w.int(int64(c.s.store.CFCount(string(args[1]), args[2])))
+	c.w.int(int64(c.s.store.Count(string(args[1]), args[2])))
 }
 
 func cmdCFDel(c *conn, args [][]byte) {
-	ok, err := c.s.store.CFDel(string(args[1]), args[2])
+	ok, err := c.s.store.Remove(string(args[1]), args[2])
 	if err != nil {
 		c.replyErr(err)
 		return
@@ -445,11 +446,12 @@ func cmdCFDel(c *conn, args [][]byte) {
 }
 
 func cmdCFInfo(c *conn, args [][]byte) {
-	info, err := c.s.store.CFInfo(string(args[1]))
+	all, err := c.infoOf(string(args[1]), serve.KindCuckoo)
 	if err != nil {
 		c.replyErr(err)
 		return
 	}
+	info := all.Cuckoo
 	c.w.mapHeader(8)
 	for _, f := range []struct {
 		k string

@@ -69,7 +69,7 @@ func cmdXReserve(c *conn, args [][]byte) {
 		c.w.errorMsg("ERR syntax error")
 		return
 	}
-	if err := c.s.store.XReserve(string(args[1]), p); err != nil {
+	if err := c.s.store.Reserve(string(args[1]), p); err != nil {
 		c.replyErr(err)
 		return
 	}
@@ -127,7 +127,7 @@ func cmdXAdd(c *conn, args [][]byte) {
 	if !ok {
 		return
 	}
-	added, err := c.s.store.XAdd(string(args[1]), args[2:3], exp)
+	added, err := c.s.store.AddUntil(string(args[1]), args[2:3], exp)
 	if err != nil {
 		c.replyErr(err)
 		return
@@ -141,7 +141,7 @@ func cmdXMAdd(c *conn, args [][]byte) {
 	if !ok {
 		return
 	}
-	added, err := c.s.store.XAdd(string(args[1]), args[4:], exp)
+	added, err := c.s.store.AddUntil(string(args[1]), args[4:], exp)
 	if err != nil {
 		c.replyErr(err)
 		return
@@ -150,21 +150,26 @@ func cmdXMAdd(c *conn, args [][]byte) {
 }
 
 func cmdXExists(c *conn, args [][]byte) {
-	got, err := c.s.store.XExists(string(args[1]), args[2:3])
-	if err != nil {
-		c.replyErr(err)
-		return
+	if got, ok := c.xMayContain(string(args[1]), args[2:3]); ok {
+		c.w.bool(got[0])
 	}
-	c.w.bool(got[0])
 }
 
 func cmdXMExists(c *conn, args [][]byte) {
-	got, err := c.s.store.XExists(string(args[1]), args[2:])
-	if err != nil {
-		c.replyErr(err)
-		return
+	if got, ok := c.xMayContain(string(args[1]), args[2:]); ok {
+		c.w.bools(got)
 	}
-	c.w.bools(got)
+}
+
+// xMayContain answers BG.X(M)EXISTS: a missing key holds nothing, a key of
+// another kind is WRONGTYPE (replied here; ok is then false).
+func (c *conn) xMayContain(name string, items [][]byte) (held []bool, ok bool) {
+	held, kind := c.s.store.MayContain(name, items)
+	if kind != serve.KindExpiring && kind != serve.KindNone {
+		c.replyErr(serve.ErrWrongType)
+		return nil, false
+	}
+	return held, true
 }
 
 // xinfoFields are BG.XINFO's fields: the option that selects one and its
@@ -200,11 +205,12 @@ func cmdXInfo(c *conn, args [][]byte) {
 			return
 		}
 	}
-	info, err := c.s.store.XInfo(string(args[1]))
+	all, err := c.infoOf(string(args[1]), serve.KindExpiring)
 	if err != nil {
 		c.replyErr(err)
 		return
 	}
+	info := all.Expiring
 	next := int64(-1)
 	if !info.NextExpiry.IsZero() {
 		next = info.NextExpiry.UnixMilli()
