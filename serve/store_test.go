@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // newestSnapshot returns the path of the newest snapshot in dir.
@@ -337,4 +338,41 @@ func expiringHeld(b []bool, k Kind) ([]bool, error) {
 		return nil, ErrWrongType
 	}
 	return b, nil
+}
+
+// TestInfoAndMayContainKinds: Info and MayContain name the kind of the key
+// that answered, so front ends can apply their own kind rules.
+func TestInfoAndMayContainKinds(t *testing.T) {
+	s := openStore(t, Config{})
+	for name, spec := range map[string]Spec{
+		"bf": BloomParams{Capacity: 100},
+		"cf": CuckooParams{Capacity: 100},
+		"x":  ExpiringParams{MaxTTL: time.Hour, Capacity: 100},
+	} {
+		if err := s.Reserve(name, spec); err != nil {
+			t.Fatal(name, err)
+		}
+		info, err := s.Info(name)
+		if err != nil || info.Kind != spec.Kind() {
+			t.Errorf("Info(%s) = %v, %v; want kind %v", name, info.Kind, err, spec.Kind())
+		}
+		if _, kind := s.MayContain(name, items("a", 1)); kind != spec.Kind() {
+			t.Errorf("MayContain(%s) kind %v, want %v", name, kind, spec.Kind())
+		}
+	}
+	if info, _ := s.Info("bf"); info.Bloom.Capacity < 100 {
+		t.Errorf("Info(bf).Bloom = %+v", info.Bloom)
+	}
+	if info, _ := s.Info("cf"); info.Cuckoo.Capacity < 100 {
+		t.Errorf("Info(cf).Cuckoo = %+v", info.Cuckoo)
+	}
+	if info, _ := s.Info("x"); info.Expiring.Params.MaxTTL != time.Hour {
+		t.Errorf("Info(x).Expiring = %+v", info.Expiring)
+	}
+	if _, err := s.Info("missing"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Info(missing): %v, want ErrNotFound", err)
+	}
+	if got, kind := s.MayContain("missing", items("a", 2)); kind != KindNone || got[0] || got[1] {
+		t.Errorf("MayContain(missing) = %v, %v", got, kind)
+	}
 }
