@@ -137,7 +137,7 @@ func TestBFMAddSet(t *testing.T) {
 	} {
 		added, stop, err := s.Add("users", tc.items, AddOptions{})
 		if err != nil || stop != nil || fmt.Sprint(added) != tc.want {
-			t.Fatalf("BFAdd(%q) = %v, %v, %v; want %s", tc.items, added, stop, err, tc.want)
+			t.Fatalf("Add(%q) = %v, %v, %v; want %s", tc.items, added, stop, err, tc.want)
 		}
 	}
 	for i, ok := range held(s.MayContain("users", items)) {

@@ -16,7 +16,7 @@ type emptySource struct{ n int64 }
 func (emptySource) Scan(context.Context, func([]byte) error) error { return nil }
 func (e emptySource) Estimate(context.Context) (int64, error)      { return e.n, nil }
 
-// BenchmarkBFMAdd: one BF.MADD of 100 new items (Store.BFAdd, memory only,
+// BenchmarkBFMAdd: one BF.MADD of 100 new items (Store.Add, memory only,
 // so no log write), into a standalone key reserved for 16 M items at 1 %
 // (about 19 MiB: larger than the caches, and never scaling during the run),
 // and into a table-backed set's gate sized for 16 M keys. ns/op is per
@@ -41,7 +41,7 @@ func BenchmarkBFMAdd(b *testing.B) {
 			}
 			added, stop, err := s.Add(name, its, AddOptions{NoCreate: true})
 			if err != nil || stop != nil || len(added) != batch {
-				b.Fatalf("BFAdd: %d replies, %v, %v", len(added), stop, err)
+				b.Fatalf("Add: %d replies, %v, %v", len(added), stop, err)
 			}
 		}
 		t.Stop()

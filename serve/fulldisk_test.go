@@ -54,19 +54,19 @@ func (f *faultFile) Sync() error {
 func writeOps(s *Store, round int) error {
 	item := [][]byte{fmt.Appendf(nil, "item-%d", round)}
 	if _, _, err := s.Add("bf", item, AddOptions{}); err != nil {
-		return fmt.Errorf("BFAdd: %w", err)
+		return fmt.Errorf("Add: %w", err)
 	}
 	if _, _, err := s.Insert("cf", item, InsertOptions{}); err != nil {
-		return fmt.Errorf("CFAdd: %w", err)
+		return fmt.Errorf("Insert: %w", err)
 	}
 	if _, _, err := s.Insert("cfnx", item, InsertOptions{IfAbsent: true}); err != nil {
-		return fmt.Errorf("CFAdd nx: %w", err)
+		return fmt.Errorf("Insert IfAbsent: %w", err)
 	}
 	if err := s.Reserve(fmt.Sprint("res-bf-", round), BloomParams{Capacity: 10, ErrorRate: 0.01}); err != nil {
-		return fmt.Errorf("BFReserve: %w", err)
+		return fmt.Errorf("Reserve bloom: %w", err)
 	}
 	if err := s.Reserve(fmt.Sprint("res-cf-", round), CuckooParams{Capacity: 10}); err != nil {
-		return fmt.Errorf("CFReserve: %w", err)
+		return fmt.Errorf("Reserve cuckoo: %w", err)
 	}
 	return nil
 }
@@ -104,7 +104,7 @@ func TestFullDisk(t *testing.T) {
 					t.Fatalf("Del on a full disk: %d, %v", n, err)
 				}
 				if ok, err := s.Remove("cf", []byte("item-0")); ok || !errors.Is(err, ErrLogWrite) {
-					t.Fatalf("CFDel on a full disk: %v, %v", ok, err)
+					t.Fatalf("Remove on a full disk: %v, %v", ok, err)
 				}
 			}
 			refusedAbsent := func(s *Store, when string) {
@@ -122,7 +122,7 @@ func TestFullDisk(t *testing.T) {
 				t.Error("a refused delete deleted")
 			}
 			if info, _ := s.cuckooInfo("cf"); info.Inserted != 3 || info.Deleted != 0 {
-				t.Errorf("CFInfo after refused writes: %+v", info)
+				t.Errorf("cuckooInfo after refused writes: %+v", info)
 			}
 
 			fs.full.Store(false)
@@ -153,7 +153,7 @@ func TestFullDisk(t *testing.T) {
 				t.Error("a refused write came back after the restart")
 			}
 			if info, _ := r.cuckooInfo("cf"); info.Inserted != 6 {
-				t.Errorf("CFInfo after restart: %+v, want 6 inserted", info)
+				t.Errorf("cuckooInfo after restart: %+v, want 6 inserted", info)
 			}
 		})
 	}

@@ -56,7 +56,7 @@ func exerciseSet(t *testing.T, s *serve.Store, insert func(string) error) {
 	}{{email(7), true}, {"nobody@example.com", false}, {"  USER8@example.com ", true}} {
 		got, err := s.Has(ctx, "users", tt.key)
 		if err != nil || got != tt.want {
-			t.Errorf("BGExists(%q) = %v, %v; want %v", tt.key, got, err, tt.want)
+			t.Errorf("Has(%q) = %v, %v; want %v", tt.key, got, err, tt.want)
 		}
 	}
 	// Count false positives observed through the confirm path.
@@ -76,7 +76,7 @@ func exerciseSet(t *testing.T, s *serve.Store, insert func(string) error) {
 		t.Fatal(err)
 	}
 	if ok, err := s.Has(ctx, "users", "direct@example.com"); !ok || err != nil {
-		t.Errorf("BGExists of a row inserted by plain SQL = %v, %v; want true", ok, err)
+		t.Errorf("Has of a row inserted by plain SQL = %v, %v; want true", ok, err)
 	}
 	if _, err := s.MayContainAt("users", []byte("x"), 1); !errors.Is(err, serve.ErrNoPosition) {
 		t.Errorf("MayContainAt on a rebuild-only set: %v, want ErrNoPosition", err)
@@ -89,7 +89,7 @@ func exerciseSet(t *testing.T, s *serve.Store, insert func(string) error) {
 		t.Fatal(err)
 	}
 	if ok, err := s.Has(ctx, "users", "new@example.com"); !ok || err != nil {
-		t.Errorf("BGExists after signup = %v, %v", ok, err)
+		t.Errorf("Has after signup = %v, %v", ok, err)
 	}
 	if _, err := s.Delete([]string{"users"}); !errors.Is(err, serve.ErrSetReadOnly) {
 		t.Errorf("DEL of a set: %v", err)

@@ -75,7 +75,7 @@ func fill(t *testing.T, s *Store) {
 	}
 	for _, it := range items("c", 100) {
 		if ok, err := s.Remove("cf", it); err != nil || !ok {
-			t.Fatalf("CFDel(%s) = %v, %v", it, ok, err)
+			t.Fatalf("Remove(%s) = %v, %v", it, ok, err)
 		}
 	}
 	if _, _, err := s.Add("gone", items("g", 5), AddOptions{}); err != nil {
@@ -95,7 +95,7 @@ func check(t *testing.T, s *Store) {
 		}
 	}
 	if n, _ := s.Cardinality("bf"); n < 490 || n > 550 {
-		t.Errorf("BFCard(bf) = %d", n)
+		t.Errorf("Cardinality(bf) = %d", n)
 	}
 	if _, stop, _ := s.Add("ns", [][]byte{[]byte("new-item-x")}, AddOptions{}); !errors.Is(stop, ErrFull) {
 		t.Errorf("non-scaling filter after reload: stop = %v", stop)
