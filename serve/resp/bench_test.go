@@ -1,0 +1,110 @@
+package resp
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+
+	"github.com/bloomgate/bloomgate/serve"
+)
+
+// BenchmarkRESP: pipelined commands over one loopback connection, 64 per
+// round trip, against an in-memory store: BF.MEXISTS and CF.MEXISTS of 10
+// items, BF.MADD of 10 new items into a key reserved for 16 M, and an error
+// reply (CF.ADD on a Bloom key: WRONGTYPE). ns/op is per command.
+//
+//	go test -run '^$' -bench RESP -count 6 ./serve/resp/
+func BenchmarkRESP(b *testing.B) {
+	addr, _ := startServer(b, Config{}, serve.Config{})
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	br := bufio.NewReader(nc)
+	bw := bufio.NewWriter(nc)
+	cmd := func(args ...string) {
+		fmt.Fprintf(bw, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(bw, "$%d\r\n%s\r\n", len(a), a)
+		}
+	}
+	// reply reads one reply (simple, error, integer, or an array of them)
+	// and reports whether it was an error.
+	var reply func() bool
+	reply = func() bool {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			b.Fatal(err)
+		}
+		switch line[0] {
+		case '-':
+			return true
+		case '*':
+			n, _ := strconv.Atoi(line[1 : len(line)-2])
+			for range n {
+				reply()
+			}
+		}
+		return false
+	}
+	const depth = 64
+	run := func(b *testing.B, wantErr bool, next func(i int)) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if i%depth == 0 {
+				if i > 0 {
+					bw.Flush()
+					for range depth {
+						if reply() != wantErr {
+							b.Fatal("unexpected reply kind")
+						}
+					}
+				}
+			}
+			next(i)
+			i++
+		}
+		bw.Flush()
+		for range i % depth {
+			reply()
+		}
+		if i%depth == 0 {
+			for range depth {
+				reply()
+			}
+		}
+	}
+	cmd("BF.RESERVE", "bf", "0.01", "16777216")
+	cmd("CF.RESERVE", "cf", "1048576")
+	bw.Flush()
+	reply()
+	reply()
+	items := make([]string, 10)
+	for i := range items {
+		items[i] = fmt.Sprintf("user%d@example.com", i)
+	}
+	b.Run("bf.mexists", func(b *testing.B) {
+		run(b, false, func(int) { cmd(append([]string{"BF.MEXISTS", "bf"}, items...)...) })
+	})
+	b.Run("cf.mexists", func(b *testing.B) {
+		run(b, false, func(int) { cmd(append([]string{"CF.MEXISTS", "cf"}, items...)...) })
+	})
+	id := 0
+	b.Run("bf.madd", func(b *testing.B) {
+		run(b, false, func(int) {
+			args := []string{"BF.MADD", "bf"}
+			for range 10 {
+				args = append(args, "new"+strconv.Itoa(id))
+				id++
+			}
+			cmd(args...)
+		})
+	})
+	b.Run("error", func(b *testing.B) {
+		run(b, true, func(int) { cmd("CF.ADD", "bf", "x") })
+	})
+}
