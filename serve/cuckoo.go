@@ -122,6 +122,16 @@ func (s *Store) reserveCuckoo(name string, p CuckooParams) error {
 	return err
 }
 
+// InsertResult is what Insert did with one item.
+type InsertResult int8
+
+// Insert results.
+const (
+	InsertNoRoom  InsertResult = -1 // the filter had no room for it
+	InsertSkipped InsertResult = 0  // IfAbsent: the filter may hold it already
+	Inserted      InsertResult = 1
+)
+
 // InsertOptions are the options of Insert.
 type InsertOptions struct {
 	// Create holds the parameters of the cuckoo key created when name is
@@ -136,15 +146,15 @@ type InsertOptions struct {
 
 // Insert inserts a copy of each item into the cuckoo key (or table-backed
 // set) name, creating the key per opt unless opt.NoCreate. Unlike Add it
-// counts copies: an item inserted twice can be removed twice. res[i] is 1
-// when item i was inserted, 0 when IfAbsent skipped it and -1 when the
-// filter had no room; full then says why (ErrFull, or ErrGrowthLimit for a
+// counts copies: an item inserted twice can be removed twice. res[i] says
+// what became of item i; where it is InsertNoRoom, full says why (ErrFull, or ErrGrowthLimit for a
 // filter that grew as far as it may). err reports a failure of the whole
 // call, after which nothing changed.
 //
-// On a table-backed set the items are added to its gate: res[i] is 1, or 0
-// with IfAbsent when the gate already reports the item as maybe present.
-func (s *Store) Insert(name string, items [][]byte, opt InsertOptions) (res []int, full, err error) {
+// On a table-backed set the items are added to its gate: res[i] is
+// Inserted, or InsertSkipped with IfAbsent when the gate already reports the
+// item as maybe present.
+func (s *Store) Insert(name string, items [][]byte, opt InsertOptions) (res []InsertResult, full, err error) {
 	create, noCreate, nx := opt.Create, opt.NoCreate, opt.IfAbsent
 	if set := s.sets[name]; set != nil {
 		return set.addCuckoo(items, nx)
@@ -193,11 +203,11 @@ func (s *Store) Insert(name string, items [][]byte, opt InsertOptions) (res []in
 	}
 }
 
-func (o *object) cuckooAdd(hashes []uint64, nx bool) (res []int, full error) {
-	res = make([]int, len(hashes))
+func (o *object) cuckooAdd(hashes []uint64, nx bool) (res []InsertResult, full error) {
+	res = make([]InsertResult, len(hashes))
 	for i, h := range hashes {
 		res[i] = o.cuckooAddHash(h, nx)
-		if res[i] < 0 {
+		if res[i] == InsertNoRoom {
 			full = ErrFull
 			if o.meta.cuckoo.maxFilters() > 1 {
 				full = ErrGrowthLimit
@@ -207,24 +217,24 @@ func (o *object) cuckooAdd(hashes []uint64, nx bool) (res []int, full error) {
 	return res, full
 }
 
-// cuckooAddHash inserts h (with nx, only if o may not hold it) and returns
-// 1 when it did, 0 when nx skipped it and -1 when it did not fit.
+// cuckooAddHash inserts h (with nx, only if o may not hold it) and says
+// what it did.
 //
 // A filter that may not grow holds at most as many items as RedisBloom's
 // table for the same parameters has slots (redisBloomSlots), though its own
 // table is sized differently (see docs/serve.md).
-func (o *object) cuckooAddHash(h uint64, nx bool) int {
+func (o *object) cuckooAddHash(h uint64, nx bool) InsertResult {
 	if nx && o.cf.MayContainHash(h) {
-		return 0
+		return InsertSkipped
 	}
 	if p := o.meta.cuckoo; p.maxFilters() == 1 && o.card.Load()-o.deletes.Load() >= p.redisBloomSlots() {
-		return -1
+		return InsertNoRoom
 	}
 	if o.cf.AddHash(h) != nil {
-		return -1
+		return InsertNoRoom
 	}
 	o.card.Add(1)
-	return 1
+	return Inserted
 }
 
 // cuckooRemoveHash removes one copy of h and reports whether it did.

@@ -318,17 +318,17 @@ func (t *Set) add(items [][]byte) ([]bool, error, error) {
 	return added, nil, nil
 }
 
-func (t *Set) addCuckoo(items [][]byte, nx bool) ([]int, error, error) {
-	res := make([]int, len(items))
+func (t *Set) addCuckoo(items [][]byte, nx bool) ([]InsertResult, error, error) {
+	res := make([]InsertResult, len(items))
 	for i, it := range items {
 		if nx && t.gate.MayContain(it) {
-			continue
+			continue // InsertSkipped
 		}
 		if err := t.gate.Add(it); err != nil {
-			res[i] = -1
+			res[i] = InsertNoRoom
 			continue
 		}
-		res[i] = 1
+		res[i] = Inserted
 	}
 	return res, nil, nil
 }

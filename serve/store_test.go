@@ -279,9 +279,9 @@ func TestSnapshotUnderWrites(t *testing.T) {
 				if w%2 == 0 {
 					_, _, err = s.Add(fmt.Sprint("bf", w), [][]byte{item}, AddOptions{})
 				} else {
-					var res []int
+					var res []InsertResult
 					res, _, err = s.Insert(fmt.Sprint("cf", w), [][]byte{item}, InsertOptions{})
-					if err == nil && res[0] != 1 {
+					if err == nil && res[0] != Inserted {
 						continue
 					}
 				}

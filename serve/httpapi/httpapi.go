@@ -497,7 +497,7 @@ func (a *api) add(w http.ResponseWriter, r *http.Request) {
 		}
 		added := make([]bool, len(res))
 		for i, v := range res {
-			added[i] = v == 1
+			added[i] = v == serve.Inserted
 		}
 		if full != nil {
 			writeJSON(w, http.StatusInsufficientStorage, map[string]any{"added": added,

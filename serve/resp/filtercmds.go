@@ -350,15 +350,26 @@ func cmdCFReserve(c *conn, args [][]byte) {
 	c.w.simple("OK")
 }
 
+// insertReply is CF.INSERT(NX)'s integer for an insert result.
+func insertReply(r serve.InsertResult) int64 {
+	switch r {
+	case serve.Inserted:
+		return 1
+	case serve.InsertNoRoom:
+		return -1
+	}
+	return 0
+}
+
 func (c *conn) cfAddOne(args [][]byte, nx bool) {
 	res, full, err := c.s.store.Insert(string(args[1]), args[2:3], serve.InsertOptions{IfAbsent: nx})
 	switch {
 	case err != nil:
 		c.replyErr(err)
-	case res[0] < 0:
+	case res[0] == serve.InsertNoRoom:
 		c.replyErr(full)
 	default:
-		c.w.bool(res[0] == 1)
+		c.w.bool(res[0] == serve.Inserted)
 	}
 }
 
@@ -414,9 +425,9 @@ items:
 	c.w.array(len(res))
 	for _, r := range res {
 		if nx || c.w.proto == 2 {
-			c.w.int(int64(r))
+			c.w.int(insertReply(r))
 		} else {
-			c.w.bool(r == 1)
+			c.w.bool(r == serve.Inserted)
 		}
 	}
 }
