@@ -318,19 +318,24 @@ func (t *Set) add(items [][]byte) ([]bool, error, error) {
 	return added, nil, nil
 }
 
-func (t *Set) addCuckoo(items [][]byte, nx bool) ([]InsertResult, error, error) {
-	res := make([]InsertResult, len(items))
+// addCuckoo adds items to the gate one by one for Insert. An item the gate
+// refuses is InsertNoRoom, and full says why (the first refusal).
+func (t *Set) addCuckoo(items [][]byte, nx bool) (res []InsertResult, full, err error) {
+	res = make([]InsertResult, len(items))
 	for i, it := range items {
 		if nx && t.gate.MayContain(it) {
 			continue // InsertSkipped
 		}
 		if err := t.gate.Add(it); err != nil {
 			res[i] = InsertNoRoom
+			if full == nil {
+				full = &Error{Code: CodeAddFailed, Msg: err.Error()}
+			}
 			continue
 		}
 		res[i] = Inserted
 	}
-	return res, nil, nil
+	return res, full, nil
 }
 
 func (t *Set) remove(item []byte) (bool, error) {
