@@ -1,6 +1,9 @@
 // Package serve is the core of `bloomgate serve`: a keyspace of named
-// filters that the Redis protocol (package serve/resp) and the HTTP API
-// (package serve/httpapi) expose.
+// filters that the Redis protocol (package serve/resp), the HTTP API
+// (package serve/httpapi) and the PostgreSQL front end (package
+// serve/pgwire) expose. It speaks none of them: its verbs take option
+// structs (Reserve, Add, Insert, MayContain, Remove, Info, Dump…) and its
+// errors carry a Code, which each front end spells its own way.
 //
 // The keyspace holds three kinds of key:
 //
