@@ -124,6 +124,12 @@ func TestExpiringCommands(t *testing.T) {
 			if ok, err := rdb.BFExists(ctx, "revoked", "m1").Result(); err != nil || !ok {
 				t.Errorf("BF.EXISTS on an expiring key = %v, %v", ok, err)
 			}
+			if ok, err := rdb.CFExists(ctx, "revoked", "m1").Result(); err != nil || !ok {
+				t.Errorf("CF.EXISTS on an expiring key = %v, %v", ok, err)
+			}
+			if n, err := rdb.CFCount(ctx, "revoked", "m1").Result(); err != nil || n != 1 {
+				t.Errorf("CF.COUNT on an expiring key = %v, %v", n, err)
+			}
 
 			// m1, m2 expire at +30 s; the others at +60 s. A window is
 			// 3600/7 s, so +30 s and +60 s share the window ending at
