@@ -12,19 +12,21 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bloomgate/bloomgate/internal/fanouttest"
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
 // TestServeFeederOutage: two `bloomgate serve` processes that may feed (a
 // postgres line) and one instance-only process (no postgres line, as
-// docs/serve.md allows) share a fanned-out set. Five times, while plain SQL
+// docs/serve.md allows) share a fanned-out set. Five times (twice without
+// BLOOMGATE_LONG=1), while plain SQL
 // inserts rows, both feeder-capable processes are killed -9 for longer than
 // the instance's head timeout + max-lag, and one is restarted. The
 // instance-only process must never answer 0 for a row committed more than
 // max-lag before the lookup, through the outage and the whole catch-up.
 func TestServeFeederOutage(t *testing.T) {
-	testsvc.Short(t, "starts PostgreSQL, a NATS cluster or Redis and three servers, and kills the feeders five times")
+	testsvc.Short(t, "starts PostgreSQL, a NATS cluster or Redis and three servers, and kills the feeders")
 	for _, engine := range []string{"jetstream", "redis"} {
 		t.Run(engine, func(t *testing.T) { runFeederOutage(t, engine) })
 	}
@@ -45,7 +47,6 @@ func runFeederOutage(t *testing.T, engine string) {
 	const (
 		maxLag      = 2 * time.Second
 		headTimeout = 5 * time.Second // the instance's (docs/serve.md)
-		cycles      = 5
 	)
 	fan := ""
 	switch engine {
@@ -144,6 +145,7 @@ func runFeederOutage(t *testing.T, engine string) {
 		}
 	})
 	feeders := []*fanNode{a, b}
+	cycles := fanouttest.OutageCycles()
 	for c := range cycles {
 		for _, n := range feeders {
 			n.srv.cmd.Process.Kill()

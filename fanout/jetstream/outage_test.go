@@ -24,6 +24,6 @@ func TestFeederOutage(t *testing.T) {
 	fanouttest.Outage(t, fanouttest.OutageConfig{
 		PG: ip.pg, Instances: []*bloomgate.Gate{g1, g2}, Feeders: []func(){ip.stopFeeder, b},
 		StartFeeder: func() func() { return ip.startFeeder(t, 1<<20) },
-		Bound:       testMaxLag, Down: 10*testHeartbeat + testMaxLag + 2*time.Second, Up: 3 * time.Second, Cycles: 5,
+		Bound:       testMaxLag, Down: 10*testHeartbeat + testMaxLag + 2*time.Second, Up: 3 * time.Second, Cycles: fanouttest.OutageCycles(),
 	})
 }

@@ -192,9 +192,7 @@ func (ty *tally) record(t *testing.T, name string, rows []row, may, ready []bool
 // another paused past MaxLag. Every committed row must be "maybe" on every
 // instance that answers.
 func TestScenario(t *testing.T) {
-	if testing.Short() {
-		t.Skip("scenario test skipped in -short mode")
-	}
+	testsvc.Long(t, "the multi-process scenario: feeders, instances, a NATS node killed, timed phases")
 	cl := testsvc.NewNATSCluster(t)
 	ctx := context.Background()
 	pg := fanouttest.NewPG(t, 50000)

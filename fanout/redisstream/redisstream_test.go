@@ -523,7 +523,7 @@ func TestRedisFeederOutage(t *testing.T) {
 	fanouttest.Outage(t, fanouttest.OutageConfig{
 		PG: pg, Instances: []*bloomgate.Gate{g1, g2}, Feeders: []func(){a, b},
 		StartFeeder: func() func() { n++; return runFeeder(t, set, pg, fmt.Sprintf("R%d", n)) },
-		Bound:       testMaxLag, Down: 10*testHeartbeat + testMaxLag + 2*time.Second, Up: 3 * time.Second, Cycles: 5,
+		Bound:       testMaxLag, Down: 10*testHeartbeat + testMaxLag + 2*time.Second, Up: 3 * time.Second, Cycles: fanouttest.OutageCycles(),
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
 
 // OutageConfig describes a feeder-outage run (Outage).
@@ -29,6 +30,15 @@ type OutageConfig struct {
 	// Up is how long each cycle runs after one feeder is back.
 	Up     time.Duration
 	Cycles int
+}
+
+// OutageCycles is how many outages a test runs: five with
+// BLOOMGATE_LONG=1 (as CI runs), two otherwise.
+func OutageCycles() int {
+	if testsvc.IsLong() {
+		return 5
+	}
+	return 2
 }
 
 // Outage writes rows without pause while, Cycles times, every feeder

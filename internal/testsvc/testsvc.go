@@ -156,6 +156,25 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format st
 	}
 }
 
+// EnvLong names the variable that runs the long stress scenarios: "1"
+// runs them (.ci/run sets it); otherwise Long skips them, so that
+// go test -race ./... stays a matter of minutes.
+const EnvLong = "BLOOMGATE_LONG"
+
+// Long skips a long stress scenario unless BLOOMGATE_LONG=1, and under
+// -short always. why says what the run does.
+func Long(t testing.TB, why string) {
+	t.Helper()
+	Short(t, why)
+	if os.Getenv(EnvLong) != "1" {
+		t.Skipf("long run: %s (%s=1 runs it, as CI does)", why, EnvLong)
+	}
+}
+
+// IsLong reports whether the long stress scenarios run (BLOOMGATE_LONG=1,
+// not -short), for a test that runs a shorter version otherwise.
+func IsLong() bool { return !testing.Short() && os.Getenv(EnvLong) == "1" }
+
 // Short skips the test under go test -short, saying why it is long.
 func Short(t testing.TB, why string) {
 	t.Helper()

@@ -51,7 +51,7 @@ func (c *committedKeys) get(i int) string { return c.keys[i] }
 // BLOOMGATE_STRESS_LOOKUPS (default 2,500,000: 10 M over the four kinds;
 // 500,000 under the race detector).
 func TestStressNoFalseNegatives(t *testing.T) {
-	testsvc.Short(t, "stress: 300,000-row tables, writers, rebuilds and COPY kills per filter kind")
+	testsvc.Long(t, "stress: 300,000-row tables, writers, rebuilds and COPY kills per filter kind")
 	lookups := int64(2_500_000)
 	if raceEnabled {
 		// The race detector makes each lookup and rebuild about ten times
