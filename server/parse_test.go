@@ -1,4 +1,4 @@
-package cli
+package server
 
 import (
 	"os"
@@ -34,15 +34,15 @@ set orders {
 `
 
 func TestParseServeFile(t *testing.T) {
-	f, err := parseServeFile(strings.NewReader(exampleConfig))
+	f, err := ParseConfig(strings.NewReader(exampleConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Password != "s3cret # not a comment" || f.Fsync != "always" || f.MaxMemory != 2<<30 || f.Timeout != 5*time.Minute {
+	if f.Password != "s3cret # not a comment" || f.Fsync != "always" || f.MaxMemory != 2<<30 || f.RESPLimits.Timeout != 5*time.Minute {
 		t.Errorf("globals: %+v", f)
 	}
-	if len(f.Sets) != 2 || f.Sets[0].Name != "users" || f.Sets[0].Confirm != "SELECT 1 FROM users WHERE email = $1" ||
-		f.Sets[0].Kind != "cuckoo" || f.Sets[1].SQLite != "./app.db" || f.Sets[1].Column != "code" {
+	if len(f.Sets) != 2 || f.Sets[0].Name != "users" || f.Sets[0].Source.Confirm != "SELECT 1 FROM users WHERE email = $1" ||
+		f.Sets[0].Kind != KindCuckoo || f.Sets[1].Source.Driver != SourceSQLite || f.Sets[1].Source.DSN != "./app.db" || f.Sets[1].Source.Column != "code" {
 		t.Errorf("sets: %+v", f.Sets)
 	}
 }
@@ -50,7 +50,7 @@ func TestParseServeFile(t *testing.T) {
 // TestDocsConfig parses every config example in docs/serve.md (the
 // fenced blocks marked conf): each must be a valid config file.
 func TestDocsConfig(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/serve.md")
+	doc, err := os.ReadFile("../docs/serve.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestDocsConfig(t *testing.T) {
 		var block string
 		block, rest, _ = strings.Cut(rest, "```")
 		blocks++
-		if _, err := parseServeFile(strings.NewReader(block)); err != nil {
+		if _, err := ParseConfig(strings.NewReader(block)); err != nil {
 			t.Errorf("docs/serve.md config example %d: %v\n%s", blocks, err, block)
 		}
 	}
@@ -79,39 +79,39 @@ func TestDocsConfig(t *testing.T) {
 	}
 	_, rest, _ = strings.Cut(rest, "```conf\n")
 	block, _, _ := strings.Cut(rest, "```")
-	f, err := parseServeFile(strings.NewReader(block))
+	f, err := ParseConfig(strings.NewReader(block))
 	if err != nil {
 		t.Fatalf("docs/serve.md config: %v", err)
 	}
-	if f.Password != "s3cret" || f.Fsync != "everysec" || len(f.Sets) != 1 || f.Sets[0].Postgres == "" || !f.Sets[0].Follow ||
-		f.Sets[0].Confirm != "SELECT 1 FROM users WHERE email = lower(trim($1))" || f.Sets[0].Table != "users" || f.Sets[0].Column != "email" {
+	if f.Password != "s3cret" || f.Fsync != "everysec" || len(f.Sets) != 1 || f.Sets[0].Source.Driver != SourcePostgres || f.Sets[0].RebuildOnly ||
+		f.Sets[0].Source.Confirm != "SELECT 1 FROM users WHERE email = lower(trim($1))" || f.Sets[0].Source.Table != "users" || f.Sets[0].Source.Column != "email" {
 		t.Errorf("docs/serve.md config parsed as %+v", f)
 	}
 	// The README's serve quick start.
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, _ = strings.Cut(string(readme), "## Quick start: serve")
 	_, rest, ok = strings.Cut(rest, "```conf\n")
 	block, _, _ = strings.Cut(rest, "```")
-	if f, err = parseServeFile(strings.NewReader(block)); !ok || err != nil || len(f.Sets) != 1 || !f.Sets[0].Follow {
+	if f, err = ParseConfig(strings.NewReader(block)); !ok || err != nil || len(f.Sets) != 1 || f.Sets[0].RebuildOnly {
 		t.Errorf("README serve quick start config (found %v): %v, parsed as %+v", ok, err, f)
 	}
 }
 
 // TestDeployConfig parses the example config deploy/ ships.
 func TestDeployConfig(t *testing.T) {
-	fh, err := os.Open("../../deploy/bloomgate.conf.example")
+	fh, err := os.Open("../deploy/bloomgate.conf.example")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fh.Close()
-	f, err := parseServeFile(fh)
+	f, err := ParseConfig(fh)
 	if err != nil {
 		t.Fatalf("deploy/bloomgate.conf.example: %v", err)
 	}
-	if len(f.Sets) != 1 || !f.Sets[0].Follow {
+	if len(f.Sets) != 1 || f.Sets[0].RebuildOnly {
 		t.Errorf("deploy example parsed as %+v", f)
 	}
 }
@@ -123,7 +123,7 @@ func TestParseServeFileErrors(t *testing.T) {
 		{"set s {\n  sqlite x\n  query q\n}\n", `line 1: set "s": follow: SQLite has no change feed: add "follow no"`},
 		{"set s {\n  postgres x\n  query q\n}\n", `line 1: set "s": follow: the change feed follows a column: give table and column`},
 		{"set s {\n  postgres x\n  table t\n  column c\n  follow maybe\n}\n", `line 5: follow: want yes or no`},
-		{"set s {\n  postgres x\n  table t\n  column c\n  fanout kafka\n}\n", `line 5: fanout: want jetstream or redis`},
+		{"set s {\n  postgres x\n  table t\n  column c\n  fanout kafka\n}\n", `line 5: fanout: want jetstream, memory or redis`},
 		{"set s {\n  postgres x\n  table t\n  column c\n  fanout jetstream\n}\n", `set "s": fanout jetstream: give nats`},
 		{"set s {\n  postgres x\n  table t\n  column c\n  fanout redis\n}\n", `set "s": fanout redis: give redis`},
 		{"set s {\n  table t\n  column c\n  fanout redis\n  redis redis://x\n  feeder yes\n}\n", `set "s": feeder yes: the feeder follows the database: give postgres`},
@@ -144,7 +144,7 @@ func TestParseServeFileErrors(t *testing.T) {
 		{"set s {\n  sqlite x\n", `line 1: set "s": missing closing "}"`},
 		{"set s {\n  query q\n}\n", `line 1: set "s": give exactly one of postgres or sqlite`},
 	} {
-		_, err := parseServeFile(strings.NewReader(tt.conf))
+		_, err := ParseConfig(strings.NewReader(tt.conf))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("config %q: error %v, want %q", tt.conf, err, tt.want)
 		}
@@ -165,23 +165,3 @@ func TestProtectedMode(t *testing.T) {
 	}
 }
 
-// TestMergeServeFlagsKeepsEmpty: a key the file gives as "" keeps it (http
-// "" disables HTTP, data "" is memory only); a key the file leaves out
-// takes the flag's default; a flag given on the command line wins.
-func TestMergeServeFlagsKeepsEmpty(t *testing.T) {
-	parse := func(conf string) *serveFile {
-		f, err := parseServeFile(strings.NewReader(conf))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
-	f := mergeServeFlags(parse("http \"\"\ndata \"\"\n"), map[string]bool{}, "127.0.0.1:6380", "127.0.0.1:8080", "./bloomgate-data", "everysec")
-	if f.HTTP != "" || f.Data != "" || f.RESP != "127.0.0.1:6380" || f.Fsync != "everysec" {
-		t.Errorf("http \"\", data \"\" in the file: got http %q, data %q, resp %q, appendfsync %q", f.HTTP, f.Data, f.RESP, f.Fsync)
-	}
-	f = mergeServeFlags(parse("resp 127.0.0.1:7000\n"), map[string]bool{"data": true}, "127.0.0.1:6380", "127.0.0.1:8080", "", "everysec")
-	if f.HTTP != "127.0.0.1:8080" || f.Data != "" || f.RESP != "127.0.0.1:7000" {
-		t.Errorf("resp in the file, -data \"\": got http %q, data %q, resp %q", f.HTTP, f.Data, f.RESP)
-	}
-}

@@ -1,4 +1,4 @@
-package cli
+package server
 
 import (
 	"strings"
@@ -7,7 +7,7 @@ import (
 )
 
 func TestParseExpiringSet(t *testing.T) {
-	f, err := parseServeFile(strings.NewReader(`set revoked {
+	f, err := ParseConfig(strings.NewReader(`set revoked {
   sqlite ./app.db
   kind expiring
   table revocations
@@ -24,7 +24,7 @@ func TestParseExpiringSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := f.Sets[0]
-	if s.Kind != "expiring" || s.ExpiresColumn != "expires_at" || s.MaxTTL != 24*time.Hour || s.Generations != 12 || s.Capacity != 1000000 {
+	if s.Kind != KindExpiring || s.Expiring.ExpiresColumn != "expires_at" || s.Expiring.MaxTTL != 24*time.Hour || s.Expiring.Generations != 12 || s.Capacity != 1000000 {
 		t.Errorf("set = %+v", s)
 	}
 	for _, tt := range []struct{ conf, want string }{
@@ -39,7 +39,7 @@ func TestParseExpiringSet(t *testing.T) {
 		{"kind expiring\n table r\n column k\n expires-column e\n max-ttl 1h\n capacity 10\n follow no\n slot s", "need the change feed"},
 		{"kind expiring\n table r\n column k\n expires-column e\n max-ttl 1h\n capacity 10\n follow no\n max-lag 1s", "need the change feed"},
 	} {
-		_, err := parseServeFile(strings.NewReader("set r {\n sqlite ./a.db\n " + tt.conf + "\n}\n"))
+		_, err := ParseConfig(strings.NewReader("set r {\n sqlite ./a.db\n " + tt.conf + "\n}\n"))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: %v, want an error containing %q", tt.conf, err, tt.want)
 		}
@@ -47,12 +47,12 @@ func TestParseExpiringSet(t *testing.T) {
 	// With postgres it follows the change feed by default, and rescans
 	// only with "follow no".
 	pg := "set r {\n postgres postgres://x@127.0.0.1/db\n kind expiring\n table r\n column k\n expires-column e\n max-ttl 1h\n capacity 10\n"
-	f, err = parseServeFile(strings.NewReader(pg + " max-lag 5s\n slot s\n}\n"))
-	if err != nil || !f.Sets[0].Follow || f.Sets[0].MaxLag != 5*time.Second || f.Sets[0].Slot != "s" {
+	f, err = ParseConfig(strings.NewReader(pg + " max-lag 5s\n slot s\n}\n"))
+	if err != nil || f.Sets[0].RebuildOnly || f.Sets[0].Feed.MaxLag != 5*time.Second || f.Sets[0].Feed.Slot != "s" {
 		t.Errorf("followed postgres expiring set: %+v, %v", f, err)
 	}
-	f, err = parseServeFile(strings.NewReader(pg + " follow no\n rebuild-interval 1m\n}\n"))
-	if err != nil || f.Sets[0].Follow {
+	f, err = ParseConfig(strings.NewReader(pg + " follow no\n rebuild-interval 1m\n}\n"))
+	if err != nil || !f.Sets[0].RebuildOnly {
 		t.Errorf("rescan-only postgres expiring set: %+v, %v", f, err)
 	}
 	for _, tt := range []struct{ conf, want string }{
@@ -60,12 +60,12 @@ func TestParseExpiringSet(t *testing.T) {
 		{"snapshot-interval 1m", "takes no snapshot-interval"},
 		{"fanout redis\n redis redis://127.0.0.1", "takes no fanout"},
 	} {
-		_, err := parseServeFile(strings.NewReader(pg + " " + tt.conf + "\n}\n"))
+		_, err := ParseConfig(strings.NewReader(pg + " " + tt.conf + "\n}\n"))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: %v, want an error containing %q", tt.conf, err, tt.want)
 		}
 	}
-	_, err = parseServeFile(strings.NewReader("set r {\n postgres postgres://x@127.0.0.1/db\n kind expiring\n query SELECT k, e FROM r\n max-ttl 1h\n capacity 10\n}\n"))
+	_, err = ParseConfig(strings.NewReader("set r {\n postgres postgres://x@127.0.0.1/db\n kind expiring\n query SELECT k, e FROM r\n max-ttl 1h\n capacity 10\n}\n"))
 	if err == nil || !strings.Contains(err.Error(), "follow no") {
 		t.Errorf("a followed query: %v, want an error asking for follow no", err)
 	}

@@ -1,4 +1,4 @@
-package cli
+package server
 
 import (
 	"strings"
@@ -9,7 +9,7 @@ import (
 // TestParsePostgresFront: the front end's keys, and answer given more than
 // once in a set.
 func TestParsePostgresFront(t *testing.T) {
-	f, err := parseServeFile(strings.NewReader(`postgres-listen 127.0.0.1:6432
+	f, err := ParseConfig(strings.NewReader(`postgres-listen 127.0.0.1:6432
 postgres-upstream db.internal:5432
 postgres-maxclients 50
 postgres-max-message-size 1mb
@@ -25,7 +25,7 @@ set users {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := f.Postgres
+	p := f.PostgresFront
 	if p.Listen != "127.0.0.1:6432" || p.Upstream != "db.internal:5432" || p.MaxConns != 50 || p.MaxMessageSize != 1<<20 ||
 		p.PositionWait != 250*time.Millisecond || len(f.Sets[0].Answers) != 2 || f.Sets[0].Answers[1] != "SELECT 1 FROM users WHERE email = $1::text" {
 		t.Errorf("parsed as %+v, answers %q", p, f.Sets[0].Answers)
@@ -46,7 +46,7 @@ func TestParsePostgresFrontErrors(t *testing.T) {
 		"postgres-listen 127.0.0.1:6432\n": "give postgres-upstream",
 		"postgres-listen 127.0.0.1:6432\npostgres-listen 127.0.0.1:6433\npostgres-upstream a:1\n": "given twice",
 	} {
-		_, err := parseServeFile(strings.NewReader(conf))
+		_, err := ParseConfig(strings.NewReader(conf))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", conf, err, want)
 		}

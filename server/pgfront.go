@@ -1,0 +1,65 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/serve"
+	"github.com/bloomgate/bloomgate/serve/pgwire"
+	"github.com/bloomgate/bloomgate/source/postgres"
+)
+
+// newPostgresFront returns the PostgreSQL front end: each set's answer
+// statements are checked (shape, then on the database), and each set gets
+// a small pool for reading the WAL insert position. The returned closers
+// close the pools; they are returned with an error too.
+func newPostgresFront(ctx context.Context, cfg *Config, store *serve.Store, reg prometheus.Registerer, log *slog.Logger) (*pgwire.Server, []func(), error) {
+	var closers []func()
+	var stmts []pgwire.Statement
+	for i := range cfg.Sets {
+		d := &cfg.Sets[i]
+		if len(d.Answers) == 0 {
+			continue
+		}
+		set := store.Set(d.Name)
+		if set == nil {
+			return nil, closers, fmt.Errorf("set %q: answer: not a table-backed set", d.Name)
+		}
+		timeout := d.connectTimeout()
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		pool, err := postgres.Connect(cctx, d.Source.DSN)
+		cancel()
+		if err != nil {
+			return nil, closers, fmt.Errorf("set %q: answer: postgres: %w", d.Name, err)
+		}
+		closers = append(closers, pool.Close)
+		read := func(ctx context.Context) (changefeed.Position, error) { return postgres.WritePosition(ctx, pool) }
+		table, column := d.Source.Table, d.Source.Column
+		for _, sql := range d.Answers {
+			if _, err := pgwire.ParseTemplate(sql, table, column); err != nil {
+				return nil, closers, fmt.Errorf("set %q: answer %q: %w", d.Name, sql, err)
+			}
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			db, oid, err := postgres.CheckAnswer(cctx, pool, table, column, sql)
+			cancel()
+			if err != nil {
+				return nil, closers, fmt.Errorf("set %q: answer %q: %w", d.Name, sql, err)
+			}
+			stmts = append(stmts, pgwire.Statement{SetName: d.Name, SQL: sql, Table: table, Column: column,
+				Database: db, ParamOID: oid, Set: set, ReadPosition: read})
+		}
+	}
+	p := cfg.PostgresFront
+	srv, err := pgwire.New(pgwire.Config{
+		Upstream: p.Upstream, Statements: stmts, MaxConns: p.MaxConns, MaxMessageSize: int(p.MaxMessageSize),
+		PositionWait: p.PositionWait, Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return nil, closers, err
+	}
+	return srv, closers, nil
+}

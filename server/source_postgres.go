@@ -1,0 +1,183 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/serve"
+	"github.com/bloomgate/bloomgate/source/postgres"
+)
+
+func init() { registerSource(SourcePostgres, sourceDriver{name: "postgres", open: openPostgres}) }
+
+// openPostgres connects a set's PostgreSQL table. Its change feed is
+// opened (and checked: wal_level, the publication) by the returned feed
+// functions, only for sets that follow it.
+func openPostgres(ctx context.Context, s *SetConfig, log *slog.Logger) (*openedSource, error) {
+	timeout := s.connectTimeout()
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	pool, err := postgres.Connect(cctx, s.Source.DSN)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("set %q: postgres: %w", s.Name, timeoutHint(err, cctx, timeout))
+	}
+	o := &openedSource{closers: []func(){pool.Close}}
+	src := s.Source
+	if s.Kind == KindExpiring {
+		o.expiring = postgres.Expiring{Pool: pool, Table: src.Table, KeyColumn: src.Column, ExpiresColumn: s.Expiring.ExpiresColumn, Query: src.Query}
+		o.expiringFeed = func(ctx context.Context) (serve.ExpiringFeed, func(), error) {
+			feed, err := openFeed(ctx, s, log)
+			if err != nil {
+				return nil, func() {}, err
+			}
+			closeFeed := func() {
+				dropExpiringSlot(feed, log)
+				feed.Close()
+			}
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			err = checkPublishesUpdates(cctx, pool, feed.Publication())
+			cancel()
+			if err != nil {
+				return nil, closeFeed, fmt.Errorf("set %q: %w", s.Name, timeoutHint(err, cctx, timeout))
+			}
+			return expiringFeed{Feed: feed, scan: postgres.Expiring{Table: src.Table, KeyColumn: src.Column, ExpiresColumn: s.Expiring.ExpiresColumn}}, closeFeed, nil
+		}
+		return o, nil
+	}
+	pg, err := postgres.New(postgres.Config{Pool: pool, Query: src.Query, Table: src.Table, Column: src.Column})
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("set %q: %w", s.Name, err)
+	}
+	o.source = pg
+	if src.Confirm != "" {
+		o.confirm = postgres.Confirm{Pool: pool, Query: src.Confirm}
+	}
+	o.feed = func(ctx context.Context) (bloomgate.Feed, func(), error) {
+		feed, err := openFeed(ctx, s, log)
+		if err != nil {
+			return nil, func() {}, err
+		}
+		return feed, func() { feed.Close() }, nil
+	}
+	return o, nil
+}
+
+// openFeed returns the set's PostgreSQL change feed after checking, within
+// the set's connect timeout, that the server answers, that wal_level is
+// logical and that the publication covers the table.
+func openFeed(ctx context.Context, s *SetConfig, log *slog.Logger) (*postgres.Feed, error) {
+	timeout := s.connectTimeout()
+	d := s.Source
+	fc := postgres.FeedConfig{ConnString: d.DSN, Table: d.Table, Column: d.Column,
+		Slot: s.Feed.Slot, Publication: s.Feed.Publication, Timeout: timeout, Logger: log}
+	if s.Kind == KindExpiring {
+		fc.ValueColumn = s.Expiring.ExpiresColumn
+	}
+	feed, err := postgres.NewFeed(fc)
+	if err != nil {
+		return nil, fmt.Errorf("set %q: postgres: %w", s.Name, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	plan, err := feed.Setup(cctx, postgres.SetupOptions{})
+	if err != nil && plan.WALLevel != "" && plan.CheckWALLevel() != nil {
+		// wal_level is the first thing to fix: say that, not what a
+		// publication on this server would need next.
+		err = nil
+	}
+	if err != nil {
+		feed.Close()
+		return nil, fmt.Errorf("set %q: postgres: %w", s.Name, timeoutHint(err, cctx, timeout))
+	}
+	// The advice must make the names this set looks for: its slot names
+	// its publication too unless publication is given.
+	setupCmd := fmt.Sprintf("bloomgate feed setup -postgres URL -table %s -column %s", d.Table, d.Column)
+	if s.Feed.Slot != "" {
+		setupCmd += " -slot " + s.Feed.Slot
+	}
+	if s.Feed.Publication != "" {
+		setupCmd += " -publication " + s.Feed.Publication
+	}
+	pubName := feed.Publication()
+	if s.Feed.Slot != "" && s.Feed.Publication == "" {
+		pubName += " (named after the set's slot; the publication key names another)"
+	}
+	only, notSeen := "rebuild-only", "rows written by others are not seen until a rebuild"
+	if s.Kind == KindExpiring {
+		only, notSeen = "rescan-only", "rows written without BG.XADD are not seen until a rescan"
+	}
+	if err := plan.CheckWALLevel(); err != nil {
+		feed.Close()
+		return nil, fmt.Errorf(`set %q: follow: the change feed needs wal_level = logical, the server has %q: `+
+			`run %s to see what to change, or set "follow no" for %s (%s)`,
+			s.Name, plan.WALLevel, setupCmd, only, notSeen)
+	}
+	if len(plan.Statements) > 0 {
+		feed.Close()
+		return nil, fmt.Errorf(`set %q: publication: %s is missing or does not cover %s: run %s -run `+
+			`(as a superuser or the table's owner), or set "follow no" for %s`,
+			s.Name, pubName, d.Table, setupCmd, only)
+	}
+	return feed, nil
+}
+
+// checkPublishesUpdates refuses a publication without updates: an UPDATE
+// that moves a row's expiry later would be missed, and the row answered
+// absent once its old expiry passed.
+func checkPublishesUpdates(ctx context.Context, pool *pgxpool.Pool, pub string) error {
+	var updates bool
+	if err := pool.QueryRow(ctx, "SELECT pubupdate FROM pg_publication WHERE pubname = $1", pub).Scan(&updates); err != nil {
+		return fmt.Errorf("publication %s: %w", pub, err)
+	}
+	if !updates {
+		return fmt.Errorf("publication %s does not publish updates: an UPDATE moving an expiry later would be missed; "+
+			"ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate'), or set \"follow no\" for rescan-only", pub, pub)
+	}
+	return nil
+}
+
+// expiringFeed is a PostgreSQL change feed with the expiry column as its
+// value column, for serve.ExpiringFeed.
+type expiringFeed struct {
+	*postgres.Feed
+	scan postgres.Expiring // Table, KeyColumn and ExpiresColumn; no Pool
+}
+
+// BootstrapExpiring creates the slot and scans the rows with their expiries
+// under the slot's snapshot (Feed.BootstrapTx).
+func (f expiringFeed) BootstrapExpiring(ctx context.Context, fn func([]byte, time.Time) error) (changefeed.Position, error) {
+	return f.BootstrapTx(ctx, func(ctx context.Context, tx pgx.Tx) error { return f.scan.ScanExpiringTx(ctx, tx, fn) })
+}
+
+func (expiringFeed) ParseExpiry(v []byte) (time.Time, error) { return postgres.ParseTimestamptz(v) }
+
+var _ serve.ExpiringFeed = expiringFeed{}
+
+// dropExpiringSlot drops a followed expiring set's slot at a clean stop
+// (the store is closed, so its stream is over): every start creates a new
+// one, and one left behind would hold WAL until then. After a crash the
+// next start drops it.
+func dropExpiringSlot(feed *postgres.Feed, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		err := feed.DropSlot(ctx) // fails while the server still holds the walsender
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			log.Warn("expiring set: could not drop the replication slot; the next start drops it", "slot", feed.Slot(), "err", err)
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
