@@ -164,4 +164,3 @@ func TestProtectedMode(t *testing.T) {
 		}
 	}
 }
-

@@ -107,7 +107,7 @@ var (
 	transports = map[Transport]transportDriver{}
 )
 
-func registerSource(d SourceDriver, sd sourceDriver)     { sources[d] = sd }
+func registerSource(d SourceDriver, sd sourceDriver)    { sources[d] = sd }
 func registerTransport(t Transport, td transportDriver) { transports[t] = td }
 
 // sourceByName returns the driver a config-file key names.
