@@ -1,0 +1,120 @@
+package server
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bloomgate/bloomgate/fanout/memlog"
+	"github.com/bloomgate/bloomgate/internal/testsvc"
+	"github.com/bloomgate/bloomgate/serve"
+)
+
+func TestMain(m *testing.M) { testsvc.Main(m) }
+
+// TestStartMemoryFanout starts two servers in this process over one
+// PostgreSQL table, fanned out over the in-memory transport: the one with
+// the source becomes the feeder, the other (FeederNo, no source) an
+// instance, and both answer for rows written before and after the start.
+func TestStartMemoryFanout(t *testing.T) {
+	pg := testsvc.LogicalPostgres(t)
+	pg.SQL(t, "CREATE TABLE users (email text PRIMARY KEY)",
+		"CREATE PUBLICATION bg_users FOR TABLE users",
+		"INSERT INTO users VALUES ('before@example.com')")
+	log := memlog.New(memlog.Config{Set: "users"})
+	key := []byte("0123456789abcdef0123456789abcdef")
+	set := SetConfig{
+		Name:   "users",
+		Source: SourceConfig{Driver: SourcePostgres, DSN: pg.DSN, Table: "users", Column: "email"},
+		Feed:   FeedConfig{Slot: "bg_users", Publication: "bg_users", MaxLag: 3 * time.Second},
+		Fanout: FanoutConfig{Transport: TransportMemory, Key: key, Memory: MemoryConfig{Set: log}},
+	}
+	instanceSet := set
+	instanceSet.Source = SourceConfig{Table: "users", Column: "email"}
+	instanceSet.Fanout.Feeder = FeederNo
+
+	ctx := context.Background()
+	feeder, err := Start(ctx, Config{RESP: "127.0.0.1:0", Sets: []SetConfig{set}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer feeder.Close()
+	instance, err := Start(ctx, Config{RESP: "127.0.0.1:0", Sets: []SetConfig{instanceSet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer instance.Close()
+
+	pg.SQL(t, "INSERT INTO users VALUES ('after@example.com')")
+	for _, srv := range []*Server{feeder, instance} {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.RESPAddr().String()})
+		defer rdb.Close()
+		testsvc.Eventually(t, 30*time.Second, func() bool {
+			got, err := rdb.BFMExists(ctx, "users", "before@example.com", "after@example.com").Result()
+			return srv.Ready() && err == nil && got[0] && got[1]
+		}, "server %s: users not ready with both rows", srv.RESPAddr())
+		if got, err := rdb.BFExists(ctx, "users", "never@example.com").Result(); err != nil || got {
+			t.Errorf("server %s: a key never written: %v, %v (want absent)", srv.RESPAddr(), got, err)
+		}
+	}
+	if r := feeder.Store().Set("users").Status().Role; r != serve.RoleFeeder {
+		t.Errorf("the server with the source is %v, want the feeder", r)
+	}
+	if r := instance.Store().Set("users").Status().Role; r != serve.RoleInstance {
+		t.Errorf("the server without it is %v, want an instance", r)
+	}
+	if err := feeder.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := feeder.Close(); err != nil {
+		t.Errorf("a second Close: %v", err)
+	}
+}
+
+// TestStartErrors: a Config built in code is checked as a config file is,
+// without line numbers, and a failed Start leaves no listener bound.
+func TestStartErrors(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	free := testsvc.FreeAddr(t)
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no source", Config{Sets: []SetConfig{{Name: "s"}}}, `set "s": give exactly one of postgres or sqlite`},
+		{"sqlite followed", Config{Sets: []SetConfig{{Name: "s", Source: SourceConfig{Driver: SourceSQLite, DSN: "x", Query: "q"}}}},
+			`set "s": follow: SQLite has no change feed`},
+		{"unsigned", Config{Sets: []SetConfig{{Name: "s", Source: SourceConfig{Driver: SourcePostgres, DSN: "x", Table: "t", Column: "c"},
+			Fanout: FanoutConfig{Transport: TransportMemory}}}}, `set "s": fanout: give fanout-key-file`},
+		{"unregistered transport", Config{Sets: []SetConfig{{Name: "s", Source: SourceConfig{Driver: SourcePostgres, DSN: "x", Table: "t", Column: "c"},
+			Fanout: FanoutConfig{Transport: 99, Unsigned: true}}}}, `set "s": fanout Transport(99): not a registered transport`},
+		{"protected mode", Config{RESP: "0.0.0.0:0"}, "protected mode"},
+		{"port taken", Config{RESP: free, HTTP: taken.Addr().String()}, "address already in use"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, err := Start(context.Background(), tt.cfg)
+			if err == nil {
+				srv.Close()
+				t.Fatalf("started; want an error containing %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "line 0") {
+				t.Errorf("error %q, want one containing %q and no line", err, tt.want)
+			}
+		})
+	}
+	// The failed start bound free (RESP) before it found the HTTP port taken,
+	// and released it.
+	ln, err := net.Listen("tcp", free)
+	if err != nil {
+		t.Fatalf("a failed Start left %s bound: %v", free, err)
+	}
+	ln.Close()
+}
