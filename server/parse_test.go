@@ -164,3 +164,30 @@ func TestProtectedMode(t *testing.T) {
 		}
 	}
 }
+
+// TestParseFanoutTransports: every registered transport is a value of
+// fanout, and its keys land in its sub-config.
+func TestParseFanoutTransports(t *testing.T) {
+	set := "set users {\n postgres postgres://a@b/c\n table users\n column email\n fanout-unsigned yes\n"
+	for _, tt := range []struct {
+		conf string
+		want FanoutConfig
+	}{
+		{" fanout jetstream\n nats nats://a:4222,nats://b:4222\n nats-user u\n", FanoutConfig{Transport: TransportJetStream, Unsigned: true,
+			NATS: NATSConfig{URLs: "nats://a:4222,nats://b:4222", User: "u"}}},
+		{" fanout redis\n redis redis://127.0.0.1:6379\n feeder no\n", FanoutConfig{Transport: TransportRedis, Unsigned: true,
+			Feeder: FeederNo, Redis: RedisConfig{URL: "redis://127.0.0.1:6379"}}},
+		{" fanout memory\n lease-ttl 3s\n", FanoutConfig{Transport: TransportMemory, Unsigned: true, LeaseTTL: 3 * time.Second}},
+	} {
+		f, err := ParseConfig(strings.NewReader(set + tt.conf + "}\n"))
+		if err != nil {
+			t.Errorf("%q: %v", tt.conf, err)
+			continue
+		}
+		got := f.Sets[0].Fanout
+		if got.Transport != tt.want.Transport || got.NATS != tt.want.NATS || got.Redis != tt.want.Redis ||
+			got.Feeder != tt.want.Feeder || got.LeaseTTL != tt.want.LeaseTTL || !got.Unsigned {
+			t.Errorf("%q: parsed as %+v, want %+v", tt.conf, got, tt.want)
+		}
+	}
+}
