@@ -61,8 +61,9 @@ type Config struct {
 	// Logger receives the server's events. Default: discard.
 	Logger *slog.Logger
 	// Registry receives the server's and the sets' metrics, and is what
-	// the HTTP /metrics endpoint serves. Default: a new registry with the
-	// Go and process collectors.
+	// the HTTP /metrics endpoint serves; one Registry serves one Server
+	// (a second Start on it fails). Default: a new registry
+	// with the Go and process collectors.
 	Registry *prometheus.Registry
 }
 

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bloomgate/bloomgate/internal/version"
@@ -77,14 +79,14 @@ func (c setCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // registerServerMetrics exports the store's and the RESP server's counters.
-func registerServerMetrics(reg *prometheus.Registry, store *serve.Store, srv *resp.Server) {
+func registerServerMetrics(reg prometheus.Registerer, store *serve.Store, srv *resp.Server) error {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
 	counter := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
 	}
-	reg.MustRegister(
+	for _, c := range []prometheus.Collector{
 		gauge("bloomgate_serve_used_memory_bytes", "Bytes held by standalone filters.", func() float64 { return float64(store.UsedMemory()) }),
 		gauge("bloomgate_serve_keys", "Keys in the keyspace, table-backed sets included.", func() float64 { return float64(store.Len()) }),
 		gauge("bloomgate_serve_ready", "1 when every table-backed set is ready.", func() float64 {
@@ -97,5 +99,10 @@ func registerServerMetrics(reg *prometheus.Registry, store *serve.Store, srv *re
 		counter("bloomgate_serve_resp_connections_total", "Accepted Redis protocol connections.", func() float64 { return float64(srv.Stats().ConnectionsTotal) }),
 		counter("bloomgate_serve_resp_rejected_connections_total", "Connections refused by maxclients.", func() float64 { return float64(srv.Stats().ConnectionsRejected) }),
 		counter("bloomgate_serve_resp_commands_total", "Redis protocol commands processed.", func() float64 { return float64(srv.Stats().Commands) }),
-	)
+	} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+	}
+	return nil
 }

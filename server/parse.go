@@ -154,6 +154,14 @@ func (s *SetConfig) check() error {
 	src, fan := s.Source.Driver, s.Fanout.Transport
 	td, fanned := transports[fan]
 	switch {
+	case s.Name == "":
+		return errors.New("give the set a name")
+	case s.Kind < KindBloom || s.Kind > KindExpiring:
+		return fmt.Errorf("kind: %v is not a kind", s.Kind)
+	case s.Normalize < NormalizeExact || s.Normalize > NormalizeLowerTrim:
+		return fmt.Errorf("normalize: %d is not a normalizer", int(s.Normalize))
+	case s.Fanout.Feeder < FeederAuto || s.Fanout.Feeder > FeederNo:
+		return fmt.Errorf("feeder: %d is not a FeederRole", int(s.Fanout.Feeder))
 	case src != SourceNone && sources[src].open == nil:
 		return fmt.Errorf("source %v: not a registered source", src)
 	case fan != TransportNone && !fanned:

@@ -113,7 +113,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	reg := cfg.Registry
-	reg.MustRegister(setCollector{s.store})
+	if err := reg.Register(setCollector{s.store}); err != nil {
+		return fail(fmt.Errorf("metrics: %w", err))
+	}
 
 	if s.respLn != nil {
 		lim := cfg.RESPLimits
@@ -126,7 +128,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if err != nil {
 			return fail(err)
 		}
-		registerServerMetrics(reg, s.store, s.resp)
+		if err := registerServerMetrics(reg, s.store, s.resp); err != nil {
+			return fail(err)
+		}
 	}
 	if s.pgLn != nil {
 		pg, closers, err := newPostgresFront(ctx, &s.cfg, s.store, reg, s.log)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bloomgate/bloomgate/fanout/memlog"
@@ -117,4 +118,28 @@ func TestStartErrors(t *testing.T) {
 		t.Fatalf("a failed Start left %s bound: %v", free, err)
 	}
 	ln.Close()
+}
+
+// TestStartSharedRegistry: a second server on one Registry is an error,
+// not a panic, and leaves the first serving.
+func TestStartSharedRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	first, err := Start(context.Background(), Config{RESP: "127.0.0.1:0", Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	second, err := Start(context.Background(), Config{RESP: "127.0.0.1:0", Registry: reg})
+	if err == nil {
+		second.Close()
+		t.Fatal("a second server on one Registry started")
+	}
+	if !strings.Contains(err.Error(), "metrics:") {
+		t.Errorf("error %q, want a metrics registration error", err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: first.RESPAddr().String()})
+	defer rdb.Close()
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Errorf("the first server after the second failed: %v", err)
+	}
 }
