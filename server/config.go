@@ -190,8 +190,8 @@ type SetConfig struct {
 	line int // the set's line in the config file, for errors
 }
 
-// SourceConfig is a set's table. Exactly one of the drivers' sub-configs
-// (one per registered source) is used: the one Driver names.
+// SourceConfig is a set's table: which registered source reads it
+// (Driver), the database (DSN), and the table's key column or a query.
 type SourceConfig struct {
 	// Driver names the source: SourcePostgres or SourceSQLite. Default:
 	// SourceNone.

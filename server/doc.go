@@ -7,6 +7,12 @@
 // A Config is built in code or read from the config file of `bloomgate
 // serve` (ParseConfig; docs/serve.md). Sources (postgres, sqlite) and
 // fan-out transports (jetstream, redis, memory) are registered by name in
-// this package: each is a package of its own and one registration line
-// here.
+// this package: each lives in a package of its own (source/…,
+// fanout/…) and is registered here by one call in a file of its own, which
+// also adapts its config (source_*.go, transport_*.go).
+//
+// Start binds its listeners first, but serves only once the sets'
+// sources and servers are checked and the keyspace is recovered: a
+// connection made meanwhile waits in the listen queue. (Answering before
+// the sets are declared would answer "absent" for a set's name.)
 package server
