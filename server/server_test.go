@@ -143,3 +143,46 @@ func TestStartSharedRegistry(t *testing.T) {
 		t.Errorf("the first server after the second failed: %v", err)
 	}
 }
+
+// TestStartMemoryFanoutFromFile: "fanout memory" in a config file fans a
+// set out inside one server: its feeder and its instance share a log of
+// their own.
+func TestStartMemoryFanoutFromFile(t *testing.T) {
+	pg := testsvc.LogicalPostgres(t)
+	pg.SQL(t, "CREATE TABLE users (email text PRIMARY KEY)",
+		"CREATE PUBLICATION bg_users FOR TABLE users",
+		"INSERT INTO users VALUES ('before@example.com')")
+	f, err := ParseConfig(strings.NewReader(`resp 127.0.0.1:0
+set users {
+  postgres ` + pg.DSN + `
+  table users
+  column email
+  slot bg_users
+  publication bg_users
+  fanout memory
+  fanout-unsigned yes
+}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	srv, err := Start(ctx, f.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	pg.SQL(t, "INSERT INTO users VALUES ('after@example.com')")
+	rdb := redis.NewClient(&redis.Options{Addr: srv.RESPAddr().String()})
+	defer rdb.Close()
+	testsvc.Eventually(t, 30*time.Second, func() bool {
+		got, err := rdb.BFMExists(ctx, "users", "before@example.com", "after@example.com").Result()
+		return srv.Ready() && err == nil && got[0] && got[1]
+	}, "users not ready with both rows")
+	if got, err := rdb.BFExists(ctx, "users", "never@example.com").Result(); err != nil || got {
+		t.Errorf("a key never written: %v, %v (want absent)", got, err)
+	}
+	if r := srv.Store().Set("users").Status().Role; r != serve.RoleFeeder {
+		t.Errorf("role %v, want the feeder", r)
+	}
+}
