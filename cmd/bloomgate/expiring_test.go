@@ -49,13 +49,13 @@ func runScript(t *testing.T, prog, script string, args ...string) {
 // the built binary, with the real clock and short TTLs, and checks
 // continuously that no live id is reported absent, that expired ids drop
 // out, and that memory stays flat under churn (churn.py). 1 M ids, 30 s max
-// TTL; 20,000 ids, 5 s max TTL with -short.
+// TTL; 20,000 ids, 8 s max TTL with -short.
 func TestExpiringRedisPy(t *testing.T) {
 	t.Parallel() // mostly waiting out real expiries: overlap them
 	py := python(t)
 	n, maxTTL := "1000000", "30"
 	if testing.Short() {
-		n, maxTTL = "20000", "5"
+		n, maxTTL = "20000", "8"
 	}
 	runScript(t, py, "testdata/expiring/churn.py", n, maxTTL)
 }
