@@ -48,7 +48,8 @@ type Config struct {
 	HTTPIdleTimeout time.Duration
 
 	// TLSCertFile and TLSKeyFile, if set, make the RESP and HTTP listeners
-	// (not the PostgreSQL front end) speak TLS only. Default: "", plain TCP.
+	// speak TLS only, and the PostgreSQL front end accept its clients'
+	// SSLRequest (plain-text clients too). Default: "", plain TCP.
 	TLSCertFile, TLSKeyFile string
 
 	// PostgresFront is the PostgreSQL wire-protocol front end. Default:
@@ -86,7 +87,10 @@ type RESPLimits struct {
 type PostgresFrontConfig struct {
 	// Listen is the front end's listen address. Default: "", off.
 	Listen string
-	// Upstream is the PostgreSQL server's host:port. Required with Listen.
+	// Upstream is the PostgreSQL server: host:port, or a postgres:// URL
+	// whose sslmode and other TLS parameters are honoured (see
+	// pgwire.Config.Upstream). Required with Listen. The front end's
+	// clients get TLS with Config's TLS certificate (TLSCertFile).
 	Upstream       string
 	MaxConns       int           // pgwire.Config.MaxConns
 	MaxMessageSize int64         // pgwire.Config.MaxMessageSize

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -329,7 +328,7 @@ func apply(c *Config, l confLine) error {
 // apply sets a key of the PostgreSQL front end:
 //
 //	postgres-listen 127.0.0.1:6432
-//	postgres-upstream 127.0.0.1:5432
+//	postgres-upstream 127.0.0.1:5432    # or postgres://host:port/?sslmode=… (pgwire.Config.Upstream)
 //	postgres-maxclients 1000            # pgwire.Config.MaxConns
 //	postgres-max-message-size 64mb      # pgwire.Config.MaxMessageSize
 //	postgres-position-wait 100ms        # pgwire.Config.PositionWait
@@ -339,8 +338,8 @@ func (p *PostgresFrontConfig) apply(l confLine) error {
 	case "postgres-listen":
 		p.Listen, p.line = l.value, l.n
 	case "postgres-upstream":
-		if _, _, err := net.SplitHostPort(l.value); err != nil {
-			return l.errorf("want the PostgreSQL server's host:port")
+		if err := pgwire.CheckUpstream(l.value); err != nil {
+			return l.errorf("want the PostgreSQL server's host:port or a postgres:// URL: %v", err)
 		}
 		p.Upstream = l.value
 	case "postgres-maxclients":

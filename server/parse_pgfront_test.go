@@ -10,7 +10,7 @@ import (
 // once in a set.
 func TestParsePostgresFront(t *testing.T) {
 	f, err := ParseConfig(strings.NewReader(`postgres-listen 127.0.0.1:6432
-postgres-upstream db.internal:5432
+postgres-upstream postgres://db.internal:5432/?sslmode=require
 postgres-maxclients 50
 postgres-max-message-size 1mb
 postgres-position-wait 250ms
@@ -26,7 +26,7 @@ set users {
 		t.Fatal(err)
 	}
 	p := f.PostgresFront
-	if p.Listen != "127.0.0.1:6432" || p.Upstream != "db.internal:5432" || p.MaxConns != 50 || p.MaxMessageSize != 1<<20 ||
+	if p.Listen != "127.0.0.1:6432" || p.Upstream != "postgres://db.internal:5432/?sslmode=require" || p.MaxConns != 50 || p.MaxMessageSize != 1<<20 ||
 		p.PositionWait != 250*time.Millisecond || len(f.Sets[0].Answers) != 2 || f.Sets[0].Answers[1] != "SELECT 1 FROM users WHERE email = $1::text" {
 		t.Errorf("parsed as %+v, answers %q", p, f.Sets[0].Answers)
 	}
@@ -40,10 +40,11 @@ func TestParsePostgresFrontErrors(t *testing.T) {
 		set("postgres postgres://a@b/c\ntable users\ncolumn email\nanswer \"SELECT max(id) FROM users WHERE email = $1\""):       `line 3: set "users": answer "SELECT max(id) FROM users WHERE email = $1": function call max(…)`,
 		set("postgres postgres://a@b/c\ntable users\ncolumn email\nfollow no\nanswer \"SELECT id FROM users WHERE email = $1\""): "answer: the PostgreSQL front end answers only from a set that follows",
 		set("postgres postgres://a@b/c\ntable users\ncolumn email\nanswer"):                                                      "want a statement",
-		"postgres-upstream localhost\n":    "postgres-upstream: want the PostgreSQL server's host:port",
-		"postgres-max-message-size 10\n":   "want a size from 1kb to 1gb",
-		"postgres-position-wait 0s\n":      "want a duration above zero",
-		"postgres-listen 127.0.0.1:6432\n": "give postgres-upstream",
+		"postgres-upstream localhost\n":                        "postgres-upstream: want the PostgreSQL server's host:port",
+		"postgres-upstream postgres://db/?sslmode=sometimes\n": "line 1: postgres-upstream: want the PostgreSQL server's host:port or a postgres:// URL: pgwire: upstream: cannot parse `postgres://db/?sslmode=sometimes`: failed to configure TLS (sslmode is invalid)",
+		"postgres-max-message-size 10\n":                       "want a size from 1kb to 1gb",
+		"postgres-position-wait 0s\n":                          "want a duration above zero",
+		"postgres-listen 127.0.0.1:6432\n":                     "give postgres-upstream",
 		"postgres-listen 127.0.0.1:6432\npostgres-listen 127.0.0.1:6433\npostgres-upstream a:1\n": "given twice",
 	} {
 		_, err := ParseConfig(strings.NewReader(conf))

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 
@@ -17,7 +18,7 @@ import (
 // statements are checked (shape, then on the database), and each set gets
 // a small pool for reading the WAL insert position. The returned closers
 // close the pools; they are returned with an error too.
-func newPostgresFront(ctx context.Context, cfg *Config, store *serve.Store, reg prometheus.Registerer, log *slog.Logger) (*pgwire.Server, []func(), error) {
+func newPostgresFront(ctx context.Context, cfg *Config, store *serve.Store, tlsConfig *tls.Config, reg prometheus.Registerer, log *slog.Logger) (*pgwire.Server, []func(), error) {
 	var closers []func()
 	var stmts []pgwire.Statement
 	for i := range cfg.Sets {
@@ -55,7 +56,7 @@ func newPostgresFront(ctx context.Context, cfg *Config, store *serve.Store, reg 
 	}
 	p := cfg.PostgresFront
 	srv, err := pgwire.New(pgwire.Config{
-		Upstream: p.Upstream, Statements: stmts, MaxConns: p.MaxConns, MaxMessageSize: int(p.MaxMessageSize),
+		Upstream: p.Upstream, TLSConfig: tlsConfig, Statements: stmts, MaxConns: p.MaxConns, MaxMessageSize: int(p.MaxMessageSize),
 		PositionWait: p.PositionWait, Logger: log, Registerer: reg,
 	})
 	if err != nil {

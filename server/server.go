@@ -133,7 +133,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 	if s.pgLn != nil {
-		pg, closers, err := newPostgresFront(ctx, &s.cfg, s.store, reg, s.log)
+		pg, closers, err := newPostgresFront(ctx, &s.cfg, s.store, tlsConfig, reg, s.log)
 		s.closers = append(s.closers, closers...)
 		if err != nil {
 			return fail(err)

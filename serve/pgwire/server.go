@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -62,9 +63,19 @@ type Statement struct {
 // Config configures a Server. The zero value of every field but Upstream
 // means its default.
 type Config struct {
-	// Upstream is the PostgreSQL server's host:port that sessions are
-	// relayed to. Required.
+	// Upstream is the PostgreSQL server sessions are relayed to: host:port
+	// (plain text), or a URL (postgres://host:port/?sslmode=verify-full&
+	// sslrootcert=ca.pem) or keyword/value string of which the host, the
+	// port and the TLS parameters (sslmode, sslrootcert, sslcert, sslkey,
+	// sslsni) are used as libpq uses them; sslmode defaults to prefer
+	// there, as in libpq. Required.
 	Upstream string
+	// TLSConfig, when set, gives the certificate with which a client's
+	// SSLRequest is accepted; without it the request is answered 'N' (a
+	// client with sslmode=prefer continues in plain text, one with
+	// require refuses). Default: nil. Plain-text clients are accepted either
+	// way.
+	TLSConfig *tls.Config
 	// Statements are the statements answered locally. Default: none (a
 	// plain relay).
 	Statements []Statement
@@ -135,6 +146,7 @@ type stmtRuntime struct {
 // absent keys. It is safe for concurrent use.
 type Server struct {
 	cfg   Config
+	up    upstream
 	log   *slog.Logger
 	stmts []*stmtRuntime
 	cache learnedCache
@@ -154,6 +166,10 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	if cfg.Upstream == "" {
 		return nil, errors.New("pgwire: Upstream is required")
+	}
+	up, err := parseUpstream(cfg.Upstream)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = DefaultMaxConns
@@ -179,7 +195,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxConns < 0 || cfg.MaxMessageSize < 0 || cfg.PositionWait < 0 {
 		return nil, errors.New("pgwire: MaxConns, MaxMessageSize and PositionWait must not be negative")
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, sessions: map[*session]struct{}{}, keys: map[uint32]*session{}}
+	s := &Server{cfg: cfg, up: up, log: cfg.Logger, sessions: map[*session]struct{}{}, keys: map[uint32]*session{}}
 	s.cache.m = map[cacheKey]*learned{}
 	local := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bloomgate_pgwire_answered_total",
@@ -332,29 +348,11 @@ func (s *Server) handle(c net.Conn) {
 	n := s.conns.Add(1)
 	defer s.conns.Add(-1)
 	c.SetDeadline(time.Now().Add(s.cfg.StartupTimeout))
-	be := pgproto3.NewBackend(c, c)
-	var startup *pgproto3.StartupMessage
-	for startup == nil {
-		msg, err := be.ReceiveStartupMessage()
-		if err != nil {
-			fatal(c, "08P01", "invalid startup packet: "+err.Error())
-			return
-		}
-		switch m := msg.(type) {
-		case *pgproto3.SSLRequest, *pgproto3.GSSEncRequest:
-			// TLS from clients is not supported yet: 'N' makes a client
-			// with sslmode=prefer continue in plain text, and one with
-			// sslmode=require give up, as against a server without SSL.
-			if _, err := c.Write([]byte{'N'}); err != nil {
-				return
-			}
-		case *pgproto3.CancelRequest:
-			s.cancel(m)
-			return
-		case *pgproto3.StartupMessage:
-			startup = m
-		}
+	startup, c, be := s.startup(c)
+	if startup == nil {
+		return
 	}
+	defer c.Close()
 	if n > int64(s.cfg.MaxConns) {
 		s.rejected.Add(1)
 		fatal(c, "53300", "sorry, too many clients already")
@@ -367,6 +365,64 @@ func (s *Server) handle(c net.Conn) {
 	}
 	defer s.untrack(ss)
 	ss.run()
+}
+
+// startup reads the client's startup packet, negotiating TLS on its
+// SSLRequest, and returns it with the connection (TLS or not) and its
+// reader; nil when the connection is done (a cancel request, an error).
+func (s *Server) startup(c net.Conn) (*pgproto3.StartupMessage, net.Conn, *pgproto3.Backend) {
+	cr := &countingReader{r: c}
+	be := pgproto3.NewBackend(cr, c)
+	secure := false
+	for {
+		before := cr.n
+		msg, err := be.ReceiveStartupMessage()
+		if err != nil {
+			fatal(c, "08P01", "invalid startup packet: "+err.Error())
+			return nil, c, nil
+		}
+		switch m := msg.(type) {
+		case *pgproto3.SSLRequest:
+			if secure {
+				fatal(c, "08P01", "invalid startup packet: SSLRequest over TLS")
+				return nil, c, nil
+			}
+			if s.cfg.TLSConfig == nil {
+				if _, err := c.Write([]byte{'N'}); err != nil {
+					return nil, c, nil
+				}
+				continue
+			}
+			if cr.n-before != 8 {
+				// Bytes the client sent before our answer are not
+				// encrypted, whatever they claim to be.
+				fatal(c, "08P01", "received unencrypted data after SSL request")
+				return nil, c, nil
+			}
+			if _, err := c.Write([]byte{'S'}); err != nil {
+				return nil, c, nil
+			}
+			tc := tls.Server(c, s.cfg.TLSConfig)
+			if err := tc.Handshake(); err != nil {
+				s.log.Info("pgwire: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+				return nil, c, nil
+			}
+			c, secure = tc, true
+			cr = &countingReader{r: c}
+			be = pgproto3.NewBackend(cr, c)
+		case *pgproto3.GSSEncRequest:
+			// GSSAPI encryption is not offered: 'N' makes the client go
+			// on with TLS or plain text, as against a server without it.
+			if _, err := c.Write([]byte{'N'}); err != nil {
+				return nil, c, nil
+			}
+		case *pgproto3.CancelRequest:
+			s.cancel(m)
+			return nil, c, nil
+		case *pgproto3.StartupMessage:
+			return m, c, be
+		}
+	}
 }
 
 func (s *Server) track(ss *session) bool {
@@ -419,7 +475,7 @@ func (s *Server) cancel(m *pgproto3.CancelRequest) {
 	if ss == nil || subtle.ConstantTimeCompare(ss.fakeSecret, m.SecretKey) != 1 {
 		return
 	}
-	c, err := net.DialTimeout("tcp", s.cfg.Upstream, s.cfg.DialTimeout)
+	c, err := s.dialUpstream(context.Background())
 	if err != nil {
 		s.log.Warn("pgwire: cancel request: upstream", "err", err)
 		return

@@ -58,8 +58,8 @@ type frontEnd struct {
 }
 
 // newFrontEnd serves a front end over the shared PostgreSQL with one set
-// over a table of this test's.
-func newFrontEnd(t *testing.T) *frontEnd {
+// over a table of this test's; each tweak may change the Config first.
+func newFrontEnd(t *testing.T, tweaks ...func(*Config)) *frontEnd {
 	t.Helper()
 	dsn := testsvc.Postgres(t)
 	ctx := context.Background()
@@ -85,7 +85,7 @@ func newFrontEnd(t *testing.T) *frontEnd {
 	cfg := admin.Config()
 	var mu sync.Mutex
 	reg := prometheus.NewRegistry()
-	srv, err := New(Config{
+	conf := Config{
 		Upstream: net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)),
 		Statements: []Statement{{SetName: "s", SQL: "SELECT email, n FROM " + table + " WHERE email = $1", Table: table, Column: "email",
 			Database: cfg.Database, ParamOID: 25, Set: set, ReadPosition: func(ctx context.Context) (changefeed.Position, error) {
@@ -98,7 +98,11 @@ func newFrontEnd(t *testing.T) *frontEnd {
 				return changefeed.ParsePosition(s)
 			}}},
 		Registerer: reg,
-	})
+	}
+	for _, tw := range tweaks {
+		tw(&conf)
+	}
+	srv, err := New(conf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,7 +127,7 @@ func (ss *session) close() {
 func (ss *session) run() {
 	defer ss.close()
 	srv := ss.srv
-	up, err := net.DialTimeout("tcp", srv.cfg.Upstream, srv.cfg.DialTimeout)
+	up, err := srv.dialUpstream(context.Background())
 	if err != nil {
 		srv.log.Warn("pgwire: upstream unreachable", "err", err)
 		fatal(ss.client, "08006", "bloomgate: upstream PostgreSQL unreachable: "+err.Error())
