@@ -1,6 +1,7 @@
 package pgwire
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -348,7 +349,7 @@ func (s *Server) handle(c net.Conn) {
 	n := s.conns.Add(1)
 	defer s.conns.Add(-1)
 	c.SetDeadline(time.Now().Add(s.cfg.StartupTimeout))
-	startup, c, be := s.startup(c)
+	startup, c, br := s.startup(c)
 	if startup == nil {
 		return
 	}
@@ -358,7 +359,7 @@ func (s *Server) handle(c net.Conn) {
 		fatal(c, "53300", "sorry, too many clients already")
 		return
 	}
-	ss := newSession(s, c, be, startup)
+	ss := newSession(s, c, br, startup)
 	if !s.track(ss) {
 		fatal(c, "57P01", "terminating connection due to administrator command")
 		return
@@ -369,13 +370,13 @@ func (s *Server) handle(c net.Conn) {
 
 // startup reads the client's startup packet, negotiating TLS on its
 // SSLRequest, and returns it with the connection (TLS or not) and its
-// reader; nil when the connection is done (a cancel request, an error).
-func (s *Server) startup(c net.Conn) (*pgproto3.StartupMessage, net.Conn, *pgproto3.Backend) {
-	cr := &countingReader{r: c}
-	be := pgproto3.NewBackend(cr, c)
+// reader, which holds what the client sent after the packet; nil when the
+// connection is done (a cancel request, an error).
+func (s *Server) startup(c net.Conn) (*pgproto3.StartupMessage, net.Conn, *bufio.Reader) {
+	br := bufio.NewReaderSize(c, readBufferSize)
+	be := pgproto3.NewBackend(&boundedReader{br: br}, c)
 	secure := false
 	for {
-		before := cr.n
 		msg, err := be.ReceiveStartupMessage()
 		if err != nil {
 			fatal(c, "08P01", "invalid startup packet: "+err.Error())
@@ -393,7 +394,7 @@ func (s *Server) startup(c net.Conn) (*pgproto3.StartupMessage, net.Conn, *pgpro
 				}
 				continue
 			}
-			if cr.n-before != 8 {
+			if br.Buffered() > 0 {
 				// Bytes the client sent before our answer are not
 				// encrypted, whatever they claim to be.
 				fatal(c, "08P01", "received unencrypted data after SSL request")
@@ -408,8 +409,8 @@ func (s *Server) startup(c net.Conn) (*pgproto3.StartupMessage, net.Conn, *pgpro
 				return nil, c, nil
 			}
 			c, secure = tc, true
-			cr = &countingReader{r: c}
-			be = pgproto3.NewBackend(cr, c)
+			br = bufio.NewReaderSize(c, readBufferSize)
+			be = pgproto3.NewBackend(&boundedReader{br: br}, c)
 		case *pgproto3.GSSEncRequest:
 			// GSSAPI encryption is not offered: 'N' makes the client go
 			// on with TLS or plain text, as against a server without it.
@@ -420,7 +421,7 @@ func (s *Server) startup(c net.Conn) (*pgproto3.StartupMessage, net.Conn, *pgpro
 			s.cancel(m)
 			return nil, c, nil
 		case *pgproto3.StartupMessage:
-			return m, c, be
+			return m, c, br
 		}
 	}
 }

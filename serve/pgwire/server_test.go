@@ -59,7 +59,7 @@ type frontEnd struct {
 
 // newFrontEnd serves a front end over the shared PostgreSQL with one set
 // over a table of this test's; each tweak may change the Config first.
-func newFrontEnd(t *testing.T, tweaks ...func(*Config)) *frontEnd {
+func newFrontEnd(t testing.TB, tweaks ...func(*Config)) *frontEnd {
 	t.Helper()
 	dsn := testsvc.Postgres(t)
 	ctx := context.Background()

@@ -3,6 +3,7 @@ package pgwire
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -29,16 +30,17 @@ import (
 type session struct {
 	srv     *Server
 	client  net.Conn
-	cr      *pgproto3.Backend // reads the client
+	cin     msgReader // reads the client (run only)
 	startup *pgproto3.StartupMessage
 	db      string
 	user    string
 
-	up  net.Conn
-	ur  *pgproto3.Frontend // reads the upstream
-	uw  *bufio.Writer      // writes the upstream (run only)
-	cmu sync.Mutex         // guards cw
-	cw  *pgproto3.Backend  // writes the client
+	up   net.Conn
+	uin  msgReader     // reads the upstream (relay only, after authenticate)
+	uw   *bufio.Writer // writes the upstream (run only)
+	cmu  sync.Mutex    // guards cw and cenc
+	cw   *bufio.Writer // writes the client
+	cenc []byte        // encodes messages for cw
 
 	fakePID             uint32
 	fakeSecret          []byte
@@ -47,6 +49,7 @@ type session struct {
 	closeOnce           sync.Once
 	stmts               map[string]*stmtInfo // run only
 	batch               []clientMsg          // run only: extended-protocol messages up to Sync
+	arena               []byte               // run only: the batch's messages as they came
 	batchBytes          int
 	passthrough         bool // run only: forward until Sync (after a Flush or an oversized batch)
 	startupParamTainted bool
@@ -70,8 +73,8 @@ type stmtInfo struct {
 }
 
 type clientMsg struct {
-	raw []byte
-	msg pgproto3.FrontendMessage // a decoded copy owning its memory
+	raw []byte                   // as it came, in the session's arena
+	msg pgproto3.FrontendMessage // decoded from raw
 }
 
 // expect is an answer the upstream owes for a forwarded message.
@@ -85,14 +88,20 @@ type expect struct {
 // noAnswer reports whether the upstream sends nothing for an expectation.
 func (e expect) noAnswer() bool { return e.kind == 'H' || e.kind == 'c' }
 
+// readBufferSize and writeBufferSize are each connection's buffers.
+const (
+	readBufferSize  = 32 << 10
+	writeBufferSize = 32 << 10
+)
+
 // maxBatchBytes bounds the extended-protocol messages held back until their
 // Sync; a larger batch is forwarded as it comes.
 const maxBatchBytes = 1 << 20
 
-func newSession(srv *Server, c net.Conn, be *pgproto3.Backend, startup *pgproto3.StartupMessage) *session {
-	ss := &session{srv: srv, client: c, cr: be, startup: startup, cw: be,
+func newSession(srv *Server, c net.Conn, br *bufio.Reader, startup *pgproto3.StartupMessage) *session {
+	ss := &session{srv: srv, client: c, startup: startup, cw: bufio.NewWriterSize(c, writeBufferSize),
+		cin:   msgReader{br: br, max: srv.cfg.MaxMessageSize},
 		stmts: map[string]*stmtInfo{}, params: map[string]string{}, staged: map[int]*learned{}}
-	be.SetMaxBodyLen(srv.cfg.MaxMessageSize)
 	ss.user = startup.Parameters["user"]
 	ss.db = startup.Parameters["database"]
 	if ss.db == "" {
@@ -134,7 +143,7 @@ func (ss *session) run() {
 		return
 	}
 	ss.up = up
-	ss.ur = pgproto3.NewFrontend(up, up)
+	ss.uin = msgReader{br: bufio.NewReaderSize(up, readBufferSize)}
 	ss.uw = bufio.NewWriterSize(up, 32<<10)
 	up.SetDeadline(time.Now().Add(srv.cfg.StartupTimeout))
 	if !ss.authenticate() {
@@ -171,46 +180,52 @@ func (ss *session) authenticate() bool {
 		return false
 	}
 	for {
-		msg, err := ss.ur.Receive()
+		raw, err := ss.uin.next()
 		if err != nil {
 			fatal(ss.client, "08006", "bloomgate: upstream PostgreSQL: "+err.Error())
 			return false
 		}
-		switch m := msg.(type) {
-		case *pgproto3.BackendKeyData:
-			msg = ss.srv.issueKey(ss, m)
-		case *pgproto3.ParameterStatus:
-			ss.params[m.Name] = m.Value
+		switch raw[0] {
+		case msgBackendKeyData:
+			m, err := decodeAs(raw, &pgproto3.BackendKeyData{})
+			if err != nil {
+				fatal(ss.client, "08006", "bloomgate: upstream PostgreSQL: "+err.Error())
+				return false
+			}
+			raw = mustEncode(ss.srv.issueKey(ss, m))
+		case msgParameterStatus:
+			if m, err := decodeAs(raw, &pgproto3.ParameterStatus{}); err == nil {
+				ss.params[m.Name] = m.Value
+			}
 		}
-		ss.cw.Send(msg)
+		ss.cw.Write(raw)
+		if ss.uin.whole() {
+			continue // the rest of the upstream's burst first
+		}
 		if err := ss.cw.Flush(); err != nil {
 			return false
 		}
-		switch m := msg.(type) {
-		case *pgproto3.ErrorResponse:
+		switch raw[0] {
+		case msgErrorResponse:
 			return false
-		case *pgproto3.ReadyForQuery:
+		case msgReadyForQuery:
 			return true
-		case *pgproto3.AuthenticationCleartextPassword, *pgproto3.AuthenticationMD5Password,
-			*pgproto3.AuthenticationSASL, *pgproto3.AuthenticationSASLContinue, *pgproto3.AuthenticationGSS,
-			*pgproto3.AuthenticationGSSContinue:
-			if err := ss.cr.SetAuthType(ss.ur.GetAuthType()); err != nil {
+		case msgAuthentication:
+			if len(raw) < 9 {
 				return false
 			}
-			resp, err := ss.cr.Receive()
-			if err != nil {
-				return false
+			switch binary.BigEndian.Uint32(raw[5:]) {
+			case pgproto3.AuthTypeCleartextPassword, pgproto3.AuthTypeMD5Password, pgproto3.AuthTypeSASL,
+				pgproto3.AuthTypeSASLContinue, pgproto3.AuthTypeGSS, pgproto3.AuthTypeGSSCont:
+				// The client's answer, whatever its kind, relayed as it is.
+				resp, err := ss.cin.next()
+				if err != nil || resp[0] != msgPassword {
+					return false
+				}
+				if _, err := ss.up.Write(resp); err != nil {
+					return false
+				}
 			}
-			out, err := resp.Encode(nil)
-			if err != nil {
-				return false
-			}
-			if _, err := ss.up.Write(out); err != nil {
-				return false
-			}
-		case *pgproto3.AuthenticationSASLFinal, *pgproto3.AuthenticationOk:
-			ss.cr.SetAuthType(pgproto3.AuthTypeOk)
-			_ = m
 		}
 	}
 }
@@ -218,7 +233,7 @@ func (ss *session) authenticate() bool {
 // serveClient reads the client until it disconnects.
 func (ss *session) serveClient() {
 	for {
-		msg, err := ss.cr.Receive()
+		raw, err := ss.cin.next()
 		if err != nil {
 			var tooBig *pgproto3.ExceededMaxBodyLenErr
 			if errors.As(err, &tooBig) {
@@ -230,35 +245,42 @@ func (ss *session) serveClient() {
 			ss.uw.Flush()
 			return
 		}
-		raw, err := msg.Encode(nil)
-		if err != nil {
-			ss.sendFatal("08P01", "bloomgate: invalid frontend message: "+err.Error())
-			return
-		}
-		switch msg.(type) {
-		case *pgproto3.Terminate:
+		switch raw[0] {
+		case msgTerminate:
 			ss.flushBatch()
 			ss.uw.Write(raw)
 			ss.uw.Flush()
 			return
-		case *pgproto3.Query:
+		case msgQuery:
 			ss.flushBatch()
 			// A simple query drops the unnamed statement, upstream too.
 			delete(ss.stmts, "")
-			var q pgproto3.Query
-			q.Decode(raw[5:])
+			q, err := decodeAs(raw, &pgproto3.Query{})
+			if err != nil {
+				ss.sendFatal("08P01", "bloomgate: invalid frontend message: "+err.Error())
+				return
+			}
 			toks, terr := tokenize(q.String) // once: matched, answered, scanned
 			if terr == nil && ss.answerQuery(toks) {
 				continue
 			}
 			ss.scanForwarded(q.String, toks, terr)
 			ss.forwardRaw(raw, expect{kind: 'Q', tmpl: ss.matchTokens(toks, terr, true)}, true)
-		case *pgproto3.Parse, *pgproto3.Bind, *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Close:
-			cm := clientMsg{raw: raw, msg: decodeMsg(raw)}
+		case msgParse, msgBind, msgDescribe, msgExecute, msgClose:
 			if ss.passthrough {
+				cm, err := decodeMsg(raw)
+				if err != nil {
+					ss.sendFatal("08P01", "bloomgate: invalid frontend message: "+err.Error())
+					return
+				}
 				ss.forwardExtended(cm)
 				ss.uw.Flush()
 				continue
+			}
+			cm, err := decodeMsg(ss.keep(raw))
+			if err != nil {
+				ss.sendFatal("08P01", "bloomgate: invalid frontend message: "+err.Error())
+				return
 			}
 			ss.batch = append(ss.batch, cm)
 			ss.batchBytes += len(raw)
@@ -266,40 +288,40 @@ func (ss *session) serveClient() {
 				ss.flushBatch()
 				ss.passthrough = true
 			}
-		case *pgproto3.Sync:
-			cm := clientMsg{raw: raw, msg: &pgproto3.Sync{}}
+		case msgSync:
 			if ss.passthrough {
-				ss.forwardExtended(cm)
+				ss.forwardExtended(clientMsg{raw: raw, msg: &pgproto3.Sync{}})
 				ss.uw.Flush()
 				ss.passthrough = false
 				continue
 			}
-			ss.batch = append(ss.batch, cm)
+			ss.batch = append(ss.batch, clientMsg{raw: ss.keep(raw), msg: &pgproto3.Sync{}})
 			if !ss.answerBatch() {
 				ss.flushBatch()
 			}
-			ss.batch, ss.batchBytes = ss.batch[:0], 0
-		case *pgproto3.Flush:
+			ss.clearBatch()
+		case msgFlush:
 			// The client wants the answers so far before it sends Sync.
 			ss.flushBatch()
 			ss.forwardRaw(raw, expect{kind: 'H'}, true)
 			ss.passthrough = true
-		case *pgproto3.CopyData:
+		case msgCopyData:
 			ss.flushBatch()
 			ss.uw.Write(raw)
 			if ss.uw.Buffered() > 16<<10 {
 				ss.uw.Flush()
 			}
-		case *pgproto3.CopyDone, *pgproto3.CopyFail:
+		case msgCopyDone, msgCopyFail:
 			ss.flushBatch()
 			ss.mu.Lock()
 			ss.copyIn = false
 			ss.mu.Unlock()
 			ss.forwardRaw(raw, expect{kind: 'c'}, true)
-		case *pgproto3.FunctionCall:
+		case msgFunctionCal:
 			ss.flushBatch()
 			ss.forwardRaw(raw, expect{kind: 'F', tmpl: -1}, true)
 		default:
+			// Not acted on: relayed, the upstream judges it.
 			ss.flushBatch()
 			ss.uw.Write(raw)
 			ss.uw.Flush()
@@ -307,40 +329,72 @@ func (ss *session) serveClient() {
 	}
 }
 
-func mustEncode(m pgproto3.FrontendMessage) []byte {
+// keep copies a client message into the session's arena, for a batch held
+// back until its Sync.
+func (ss *session) keep(raw []byte) []byte {
+	start := len(ss.arena)
+	ss.arena = append(ss.arena, raw...)
+	return ss.arena[start:len(ss.arena):len(ss.arena)]
+}
+
+// clearBatch empties the batch and its arena, keeping a small arena's
+// memory for the next.
+func (ss *session) clearBatch() {
+	ss.batch, ss.batchBytes = ss.batch[:0], 0
+	if cap(ss.arena) > 64<<10 {
+		ss.arena = nil
+	}
+	ss.arena = ss.arena[:0]
+}
+
+func mustEncode(m interface{ Encode([]byte) ([]byte, error) }) []byte {
 	b, _ := m.Encode(nil)
 	return b
 }
 
-// decodeMsg returns a decoded copy of an encoded extended-protocol message.
-func decodeMsg(raw []byte) pgproto3.FrontendMessage {
-	var m pgproto3.FrontendMessage
+// decodeMsg decodes an extended-protocol message; the decoded message
+// shares raw's memory.
+func decodeMsg(raw []byte) (clientMsg, error) {
+	var m interface {
+		pgproto3.FrontendMessage
+		Decode([]byte) error
+	}
 	switch raw[0] {
-	case 'P':
+	case msgParse:
 		m = &pgproto3.Parse{}
-	case 'B':
+	case msgBind:
 		m = &pgproto3.Bind{}
-	case 'D':
+	case msgDescribe:
 		m = &pgproto3.Describe{}
-	case 'E':
+	case msgExecute:
 		m = &pgproto3.Execute{}
-	case 'C':
+	case msgClose:
 		m = &pgproto3.Close{}
-	default:
-		return nil
 	}
-	if m.Decode(raw[5:]) != nil {
-		return nil
+	if _, err := decodeAs(raw, m); err != nil {
+		return clientMsg{}, err
 	}
-	return m
+	return clientMsg{raw: raw, msg: m}, nil
 }
 
 // sendFatal sends the client a FATAL error.
 func (ss *session) sendFatal(code, msg string) {
 	ss.cmu.Lock()
 	defer ss.cmu.Unlock()
-	ss.cw.Send(&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: code, Message: msg})
+	ss.sendLocked(&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: code, Message: msg})
 	ss.cw.Flush()
+}
+
+// sendLocked writes messages to the client's buffer; cmu is held.
+func (ss *session) sendLocked(msgs ...pgproto3.BackendMessage) {
+	for _, m := range msgs {
+		b, err := m.Encode(ss.cenc[:0])
+		if err != nil {
+			continue // only an oversized message fails to encode; ours are small
+		}
+		ss.cenc = b
+		ss.cw.Write(b)
+	}
 }
 
 // forwardRaw writes raw upstream, pushing e first when the upstream will
@@ -367,7 +421,7 @@ func (ss *session) flushBatch() {
 	for _, cm := range ss.batch {
 		ss.forwardExtended(cm)
 	}
-	ss.batch, ss.batchBytes = ss.batch[:0], 0
+	ss.clearBatch()
 	ss.uw.Flush()
 }
 
@@ -600,9 +654,7 @@ func (ss *session) answerQuery(toks []token) bool {
 		}
 		st.local.Inc()
 		ss.cmu.Lock()
-		ss.cw.Send(l.row)
-		ss.cw.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 0")})
-		ss.cw.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		ss.sendLocked(l.row, &pgproto3.CommandComplete{CommandTag: []byte("SELECT 0")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
 		ss.cw.Flush()
 		ss.cmu.Unlock()
 		return true
@@ -769,11 +821,11 @@ func (ss *session) answerBatch() bool {
 	for _, cm := range ss.batch {
 		switch m := cm.msg.(type) {
 		case *pgproto3.Parse:
-			ss.cw.Send(&pgproto3.ParseComplete{})
+			ss.sendLocked(&pgproto3.ParseComplete{})
 		case *pgproto3.Bind:
 			st := stmt(m.PreparedStatement)
 			cur = &localPortal{tmpl: st.tmpl, formats: m.ResultFormatCodes}
-			ss.cw.Send(&pgproto3.BindComplete{})
+			ss.sendLocked(&pgproto3.BindComplete{})
 		case *pgproto3.Describe:
 			if m.ObjectType == 'S' {
 				st := stmt(m.Name)
@@ -781,16 +833,16 @@ func (ss *session) answerBatch() bool {
 				if declared(st) {
 					oid = st.oids[0] // as PostgreSQL: the type the client declared
 				}
-				ss.cw.Send(&pgproto3.ParameterDescription{ParameterOIDs: []uint32{oid}})
-				ss.cw.Send(shapes[st.tmpl].row)
+				ss.sendLocked(&pgproto3.ParameterDescription{ParameterOIDs: []uint32{oid}})
+				ss.sendLocked(shapes[st.tmpl].row)
 			} else {
-				ss.cw.Send(withFormats(shapes[cur.tmpl].row, cur.formats))
+				ss.sendLocked(withFormats(shapes[cur.tmpl].row, cur.formats))
 			}
 		case *pgproto3.Execute:
 			ss.srv.stmts[cur.tmpl].local.Inc()
-			ss.cw.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 0")})
+			ss.sendLocked(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 0")})
 		case *pgproto3.Sync:
-			ss.cw.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+			ss.sendLocked(&pgproto3.ReadyForQuery{TxStatus: 'I'})
 		}
 	}
 	ss.cw.Flush() // a failed write ends the session at its next read
@@ -861,31 +913,35 @@ func withFormats(row *pgproto3.RowDescription, formats []int16) *pgproto3.RowDes
 	return out
 }
 
-// relay copies the upstream's messages to the client, accounting for them
-// against the queue.
+// relay copies the upstream's messages to the client as they came,
+// accounting for them against the queue.
 func (ss *session) relay() {
 	for {
-		msg, err := ss.ur.Receive()
+		raw, err := ss.uin.next()
+		if err == nil {
+			var forward bool
+			ss.mu.Lock()
+			forward, err = ss.account(raw)
+			if ss.idleWait != nil && ss.idleLocked() {
+				close(ss.idleWait)
+				ss.idleWait = nil
+			}
+			ss.mu.Unlock()
+			if err == nil && !forward {
+				continue
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				ss.sendFatal("08006", "bloomgate: upstream PostgreSQL connection lost: "+err.Error())
 			}
 			return
 		}
-		ss.mu.Lock()
-		forward := ss.account(msg)
-		if ss.idleWait != nil && ss.idleLocked() {
-			close(ss.idleWait)
-			ss.idleWait = nil
-		}
-		ss.mu.Unlock()
-		if !forward {
-			continue
-		}
 		ss.cmu.Lock()
-		ss.cw.Send(msg)
+		ss.cw.Write(raw)
 		var ferr error
-		if ss.ur.ReadBufferLen() == 0 {
+		if !ss.uin.whole() {
+			// Nothing more to send without waiting for the upstream.
 			ferr = ss.cw.Flush()
 		}
 		ss.cmu.Unlock()
@@ -914,40 +970,53 @@ func (ss *session) popLocked() {
 }
 
 // account matches one upstream message with the queue and learns result
-// shapes; it reports whether the client gets the message.
-func (ss *session) account(msg pgproto3.BackendMessage) bool {
-	switch m := msg.(type) {
-	case *pgproto3.NoticeResponse, *pgproto3.NotificationResponse, *pgproto3.CopyData, *pgproto3.CopyDone, *pgproto3.CopyOutResponse, *pgproto3.CopyBothResponse, *pgproto3.DataRow:
-		return true
-	case *pgproto3.ParameterStatus:
+// shapes; it reports whether the client gets the message, and an error
+// for a message it could not decode.
+func (ss *session) account(raw []byte) (bool, error) {
+	switch raw[0] {
+	case msgDataRow, msgCopyData, msgCopyDone, msgNoticeResponse, msgNotification, msgCopyOutResponse, msgCopyBothResponse:
+		return true, nil // the bulk of the traffic: not decoded
+	case msgParameterStatus:
+		m, err := decodeAs(raw, &pgproto3.ParameterStatus{})
+		if err != nil {
+			return false, err
+		}
 		ss.params[m.Name] = m.Value
-		return true
+		return true, nil
 	}
 	h := ss.headLocked()
 	if h == nil {
-		return true // an answer to nothing we track (an error on termination)
+		return true, nil // an answer to nothing we track (an error on termination)
 	}
-	switch m := msg.(type) {
-	case *pgproto3.ParseComplete:
+	switch raw[0] {
+	case msgParseComplete:
 		swallow := h.kind == 'P' && h.swallow
 		if h.kind == 'P' {
 			ss.popLocked()
 		}
-		return !swallow
-	case *pgproto3.BindComplete, *pgproto3.CloseComplete, *pgproto3.NoData:
+		return !swallow, nil
+	case msgBindComplete, msgCloseComplete, msgNoData:
 		if h.kind == 'B' || h.kind == 'C' || h.kind == 'D' {
 			ss.popLocked()
 		}
-	case *pgproto3.RowDescription:
+	case msgRowDescription:
 		if (h.kind == 'D' || h.kind == 'Q') && h.tmpl >= 0 {
+			m, err := decodeAs(raw, &pgproto3.RowDescription{})
+			if err != nil {
+				return false, err
+			}
 			l := ss.stagedFor(h.tmpl)
 			l.row = textRow(m)
 		}
 		if h.kind == 'D' {
 			ss.popLocked()
 		}
-	case *pgproto3.CommandComplete:
+	case msgCommandComplete:
 		if (h.kind == 'E' || h.kind == 'Q') && h.tmpl >= 0 {
+			m, err := decodeAs(raw, &pgproto3.CommandComplete{})
+			if err != nil {
+				return false, err
+			}
 			// A statement that ran for this role: its described shape
 			// is what the upstream would describe now, unless DDL
 			// passed since (the cache's generation).
@@ -958,11 +1027,11 @@ func (ss *session) account(msg pgproto3.BackendMessage) bool {
 		if h.kind == 'E' {
 			ss.popLocked()
 		}
-	case *pgproto3.EmptyQueryResponse, *pgproto3.PortalSuspended:
+	case msgEmptyQuery, msgPortalSuspended:
 		if h.kind == 'E' {
 			ss.popLocked()
 		}
-	case *pgproto3.CopyInResponse:
+	case msgCopyInResponse:
 		if h.kind == 'E' {
 			// The upstream ignores the Syncs sent during an extended
 			// COPY FROM STDIN: they get no ReadyForQuery.
@@ -978,7 +1047,11 @@ func (ss *session) account(msg pgproto3.BackendMessage) bool {
 			ss.queue = kept
 			ss.copyIn = !ended
 		}
-	case *pgproto3.ErrorResponse:
+	case msgErrorResponse:
+		m, err := decodeAs(raw, &pgproto3.ErrorResponse{})
+		if err != nil {
+			return false, err
+		}
 		ss.copyIn = false
 		if m.Code == "0A000" && strings.Contains(m.Message, "cached plan") {
 			ss.srv.cache.clear()
@@ -990,7 +1063,11 @@ func (ss *session) account(msg pgproto3.BackendMessage) bool {
 				ss.queue = ss.queue[1:]
 			}
 		}
-	case *pgproto3.ReadyForQuery:
+	case msgReadyForQuery:
+		m, err := decodeAs(raw, &pgproto3.ReadyForQuery{})
+		if err != nil {
+			return false, err
+		}
 		ss.txStatus = m.TxStatus
 		for len(ss.queue) > 0 {
 			k := ss.queue[0].kind
@@ -1002,9 +1079,8 @@ func (ss *session) account(msg pgproto3.BackendMessage) bool {
 		for len(ss.queue) > 0 && ss.queue[0].noAnswer() {
 			ss.queue = ss.queue[1:]
 		}
-	case *pgproto3.FunctionCallResponse:
 	}
-	return true
+	return true, nil
 }
 
 func (ss *session) stagedFor(tmpl int) *learned {

@@ -111,17 +111,3 @@ func (s *Server) dialUpstream(ctx context.Context) (net.Conn, error) {
 	c.Close()
 	return nil, fmt.Errorf("SSL request: unexpected answer %q", b[0])
 }
-
-// countingReader counts the bytes read from a client before its startup
-// packet, to refuse bytes sent after an SSLRequest before the server's
-// answer (they would be taken as encrypted while they were not).
-type countingReader struct {
-	r io.Reader
-	n int
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += n
-	return n, err
-}
