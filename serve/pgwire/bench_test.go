@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -74,9 +75,11 @@ func BenchmarkRelayPgbench(b *testing.B) {
 					if work == "select" {
 						args = append(args, "-S")
 					}
-					var tps float64
+					var tps, cpuPerTx float64
 					for b.Loop() {
+						cpu0 := processCPU()
 						out := pgbench(to, args...)
+						cpu := processCPU() - cpu0
 						_, rest, ok := strings.Cut(out, "tps = ")
 						if !ok {
 							b.Fatalf("no tps in:\n%s", out)
@@ -84,10 +87,25 @@ func BenchmarkRelayPgbench(b *testing.B) {
 						if tps, err = strconv.ParseFloat(strings.Fields(rest)[0], 64); err != nil {
 							b.Fatal(err)
 						}
+						_, rest, _ = strings.Cut(out, "actually processed: ")
+						if n, err := strconv.Atoi(strings.Fields(rest)[0]); err == nil && n > 0 {
+							cpuPerTx = float64(cpu.Microseconds()) / float64(n)
+						}
 					}
 					b.ReportMetric(tps, "tps")
+					// This process's CPU (the front end's, when relaying)
+					// per transaction: the relay's cost, whatever else
+					// runs on the machine.
+					b.ReportMetric(cpuPerTx, "cpu-µs/tx")
 				})
 			}
 		}
 	}
+}
+
+// processCPU is this process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
