@@ -141,8 +141,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.pg = pg
 	}
 	if s.httpLn != nil {
+		var deps map[string]httpapi.Dependency
+		if s.pg != nil {
+			// /readyz covers the front end's upstream.
+			deps = map[string]httpapi.Dependency{"postgres-upstream": s.pg}
+		}
 		s.http = &http.Server{
-			Handler:           httpapi.Handler(httpapi.Config{Store: s.store, Token: cfg.Password, Gatherer: reg}),
+			Handler:           httpapi.Handler(httpapi.Config{Store: s.store, Token: cfg.Password, Gatherer: reg, Dependencies: deps}),
 			ReadHeaderTimeout: orDefault(cfg.HTTPReadHeaderTimeout, DefaultHTTPReadHeaderTimeout),
 			IdleTimeout:       orDefault(cfg.HTTPIdleTimeout, DefaultHTTPIdleTimeout),
 			TLSConfig:         tlsConfig,
@@ -246,9 +251,11 @@ func addrOf(ln net.Listener) net.Addr {
 // Store returns the keyspace.
 func (s *Server) Store() *serve.Store { return s.store }
 
-// Ready reports whether every table-backed set is ready (what /readyz
-// says).
-func (s *Server) Ready() bool { return s.store.Ready() }
+// Ready reports whether every table-backed set is ready and, with the
+// PostgreSQL front end, its upstream answers (what /readyz says).
+func (s *Server) Ready() bool {
+	return s.store.Ready() && (s.pg == nil || s.pg.Upstream().Ready)
+}
 
 // Connections returns the open Redis protocol connections.
 func (s *Server) Connections() int64 {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -615,4 +616,38 @@ func BenchmarkPGFrontPgbench(b *testing.B) {
 			})
 		}
 	}
+}
+
+// TestPGFrontReadyz: /readyz shows the front end's upstream, ready with its
+// check's round trip; with the upstream stopped it says so (and /readyz is
+// 503), and ready again once it is back.
+func TestPGFrontReadyz(t *testing.T) {
+	f := startPGFront(t, "")
+	upstream := func() map[string]any {
+		resp, err := http.Get("http://" + f.httpAddr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Dependencies map[string]map[string]any `json:"dependencies"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+			t.Fatal(err)
+		}
+		u := body.Dependencies["postgres-upstream"]
+		u["status"] = resp.StatusCode
+		return u
+	}
+	u := upstream()
+	if u["ready"] != true || u["status"] != 200 || u["latency_seconds"].(float64) <= 0 || u["addr"] != fmt.Sprintf("%s:%d", f.pg.Host, f.pg.Port) {
+		t.Fatalf("/readyz's upstream: %v", u)
+	}
+	f.pg.Stop(t)
+	testsvc.Eventually(t, 20*time.Second, func() bool { u = upstream(); return u["ready"] == false }, "/readyz still has the stopped upstream ready: %v", u)
+	if u["status"] != 503 || u["error"] == "" {
+		t.Errorf("/readyz with the upstream stopped: %v", u)
+	}
+	f.pg.Start(t)
+	testsvc.Eventually(t, 20*time.Second, func() bool { u = upstream(); return u["ready"] == true }, "/readyz never has the upstream back: %v", u)
 }

@@ -59,6 +59,17 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// MaxBodyBytes bounds a request body. Default: 16 MiB.
 	MaxBodyBytes int64
+	// Dependencies are what the server needs besides its sets (the
+	// PostgreSQL front end's upstream): /readyz shows each under its name
+	// in "dependencies", and is 503 while one is not ready. Default: none.
+	Dependencies map[string]Dependency
+}
+
+// Dependency is something /readyz reports besides the sets.
+type Dependency interface {
+	// Readiness reports whether the dependency is ready, and what /readyz
+	// shows of it (JSON-encoded).
+	Readiness() (ready bool, detail any)
 }
 
 // FilterSpec is the body of PUT /v1/sets/{name}. Zero fields take
@@ -261,11 +272,22 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 		ready = ready && sr.Ready
 	}
 	ready = a.expiringReadiness(sets) && ready
+	body := map[string]any{"sets": sets}
+	if len(a.cfg.Dependencies) > 0 {
+		deps := map[string]any{}
+		for name, d := range a.cfg.Dependencies {
+			ok, detail := d.Readiness()
+			deps[name] = detail
+			ready = ready && ok
+		}
+		body["dependencies"] = deps
+	}
+	body["ready"] = ready
 	status := http.StatusOK
 	if !ready {
 		status = http.StatusServiceUnavailable
 	}
-	writeJSON(w, status, map[string]any{"ready": ready, "sets": sets})
+	writeJSON(w, status, body)
 }
 
 // atParam returns the at parameter's position, if given.

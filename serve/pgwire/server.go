@@ -91,6 +91,9 @@ type Config struct {
 	StartupTimeout time.Duration
 	// DialTimeout bounds connecting to Upstream. Default: 5 s.
 	DialTimeout time.Duration
+	// UpstreamCheckInterval is how often Serve checks that the upstream
+	// answers (see UpstreamStatus). Default: 5 s.
+	UpstreamCheckInterval time.Duration
 	// PositionWait is how long a query that could be answered locally
 	// waits for its set to apply the WAL insert position read after it
 	// arrived, before it is forwarded (reason "lag"). Default: 100 ms.
@@ -112,6 +115,7 @@ const (
 	DefaultMaxMessageSize  = 64 << 20
 	DefaultStartupTimeout  = 10 * time.Second
 	DefaultDialTimeout     = 5 * time.Second
+	DefaultUpstreamCheck   = 5 * time.Second
 	DefaultPositionWait    = 100 * time.Millisecond
 	DefaultPositionTimeout = time.Second
 )
@@ -136,21 +140,24 @@ var ErrClosed = errors.New("pgwire: server closed")
 // stmtRuntime is a Statement ready to be matched.
 type stmtRuntime struct {
 	Statement
-	tmpl   *Template
-	label  string // the statement's number within its set, for metrics
-	reader *positionReader
-	local  prometheus.Counter
-	fwd    *prometheus.CounterVec // by reason
+	tmpl    *Template
+	label   string // the statement's number within its set, for metrics
+	reader  *positionReader
+	local   prometheus.Counter
+	fwd     *prometheus.CounterVec // by reason
+	latency prometheus.Observer    // forwarded round trips
 }
 
 // Server relays PostgreSQL sessions and answers configured statements for
 // absent keys. It is safe for concurrent use.
 type Server struct {
-	cfg   Config
-	up    upstream
-	log   *slog.Logger
-	stmts []*stmtRuntime
-	cache learnedCache
+	cfg    Config
+	up     upstream
+	log    *slog.Logger
+	stmts  []*stmtRuntime
+	cache  learnedCache
+	health upstreamHealth
+	stop   chan struct{} // closed by Shutdown: ends checkLoop
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -184,6 +191,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
+	if cfg.UpstreamCheckInterval == 0 {
+		cfg.UpstreamCheckInterval = DefaultUpstreamCheck
+	}
 	if cfg.PositionWait == 0 {
 		cfg.PositionWait = DefaultPositionWait
 	}
@@ -193,11 +203,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.MaxConns < 0 || cfg.MaxMessageSize < 0 || cfg.PositionWait < 0 {
-		return nil, errors.New("pgwire: MaxConns, MaxMessageSize and PositionWait must not be negative")
+	if cfg.MaxConns < 0 || cfg.MaxMessageSize < 0 || cfg.PositionWait < 0 || cfg.UpstreamCheckInterval < 0 {
+		return nil, errors.New("pgwire: MaxConns, MaxMessageSize, PositionWait and UpstreamCheckInterval must not be negative")
 	}
-	s := &Server{cfg: cfg, up: up, log: cfg.Logger, sessions: map[*session]struct{}{}, keys: map[uint32]*session{}}
+	s := &Server{cfg: cfg, up: up, log: cfg.Logger, stop: make(chan struct{}), sessions: map[*session]struct{}{}, keys: map[uint32]*session{}}
 	s.cache.m = map[cacheKey]*learned{}
+	s.health.status = UpstreamStatus{Addr: up.addr, Error: "not checked yet"}
 	local := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bloomgate_pgwire_answered_total",
 		Help: "Statements the PostgreSQL front end answered itself (the key definitely absent), by set and statement number.",
@@ -206,6 +217,11 @@ func New(cfg Config) (*Server, error) {
 		Name: "bloomgate_pgwire_forwarded_total",
 		Help: "Configured statements the PostgreSQL front end forwarded to the database, by set, statement number and reason.",
 	}, []string{"set", "statement", "reason"})
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "bloomgate_pgwire_upstream_seconds",
+		Help:    "Round trips of forwarded configured statements, from the front end sending the statement's Query or Sync to the upstream's ReadyForQuery, by set and statement number.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+	}, []string{"set", "statement"})
 	readers := map[string]*positionReader{}
 	perSet := map[string]int{}
 	for i, st := range cfg.Statements {
@@ -230,8 +246,9 @@ func New(cfg Config) (*Server, error) {
 		perSet[st.SetName]++
 		label := strconv.Itoa(perSet[st.SetName])
 		rt := &stmtRuntime{Statement: st, tmpl: tmpl, label: label, reader: r,
-			local: local.WithLabelValues(st.SetName, label),
-			fwd:   fwd.MustCurryWith(prometheus.Labels{"set": st.SetName, "statement": label})}
+			local:   local.WithLabelValues(st.SetName, label),
+			fwd:     fwd.MustCurryWith(prometheus.Labels{"set": st.SetName, "statement": label}),
+			latency: latency.WithLabelValues(st.SetName, label)}
 		s.stmts = append(s.stmts, rt)
 	}
 	if cfg.Registerer != nil {
@@ -241,7 +258,14 @@ func New(cfg Config) (*Server, error) {
 		counter := func(name, help string, f func() float64) prometheus.Collector {
 			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
 		}
-		for _, c := range []prometheus.Collector{local, fwd,
+		for _, c := range []prometheus.Collector{local, fwd, latency,
+			gauge("bloomgate_pgwire_upstream_up", "1 when the upstream answered the front end's last check (a connection and an SSLRequest), 0 when it did not or a session could not connect since.", func() float64 {
+				if s.health.get().Ready {
+					return 1
+				}
+				return 0
+			}),
+			gauge("bloomgate_pgwire_upstream_check_seconds", "The round trip of the front end's last check of the upstream.", func() float64 { return s.health.get().LatencySeconds }),
 			gauge("bloomgate_pgwire_connections", "Open PostgreSQL front-end connections.", func() float64 { return float64(s.conns.Load()) }),
 			counter("bloomgate_pgwire_connections_total", "Accepted PostgreSQL front-end connections.", func() float64 { return float64(s.connsTotal.Load()) }),
 			counter("bloomgate_pgwire_rejected_connections_total", "Connections refused by the connection limit.", func() float64 { return float64(s.rejected.Load()) }),
@@ -265,6 +289,11 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.ln = ln
 	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.checkLoop(s.stop)
+	}()
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -296,6 +325,9 @@ func (s *Server) Serve(ln net.Listener) error {
 // those left. It may be called more than once.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
+	if !s.closed {
+		close(s.stop)
+	}
 	s.closed = true
 	if s.ln != nil {
 		s.ln.Close()

@@ -52,6 +52,7 @@ type session struct {
 	arena               []byte               // run only: the batch's messages as they came
 	batchBytes          int
 	passthrough         bool // run only: forward until Sync (after a Flush or an oversized batch)
+	syncTmpl            int  // run only: a configured statement executed since the last Sync forwarded, or -1
 	startupParamTainted bool
 
 	mu       sync.Mutex
@@ -79,10 +80,11 @@ type clientMsg struct {
 
 // expect is an answer the upstream owes for a forwarded message.
 type expect struct {
-	kind    byte // the client message's type: P B D E C S H Q F, or 'c' for the end of a COPY
-	tmpl    int  // configured statement, -1 if none
-	swallow bool // a Parse we injected: its ParseComplete is not the client's
-	stmt    bool // Describe of a statement (ParameterDescription first)
+	kind    byte      // the client message's type: P B D E C S H Q F, or 'c' for the end of a COPY
+	tmpl    int       // configured statement, -1 if none
+	swallow bool      // a Parse we injected: its ParseComplete is not the client's
+	stmt    bool      // Describe of a statement (ParameterDescription first)
+	sent    time.Time // a Query or Sync of a configured statement: when it was forwarded
 }
 
 // noAnswer reports whether the upstream sends nothing for an expectation.
@@ -101,7 +103,7 @@ const maxBatchBytes = 1 << 20
 func newSession(srv *Server, c net.Conn, br *bufio.Reader, startup *pgproto3.StartupMessage) *session {
 	ss := &session{srv: srv, client: c, startup: startup, cw: bufio.NewWriterSize(c, writeBufferSize),
 		cin:   msgReader{br: br, max: srv.cfg.MaxMessageSize},
-		stmts: map[string]*stmtInfo{}, params: map[string]string{}, staged: map[int]*learned{}}
+		stmts: map[string]*stmtInfo{}, params: map[string]string{}, staged: map[int]*learned{}, syncTmpl: -1}
 	ss.user = startup.Parameters["user"]
 	ss.db = startup.Parameters["database"]
 	if ss.db == "" {
@@ -139,6 +141,7 @@ func (ss *session) run() {
 	up, err := srv.dialUpstream(context.Background())
 	if err != nil {
 		srv.log.Warn("pgwire: upstream unreachable", "err", err)
+		srv.health.failed(err)
 		fatal(ss.client, "08006", "bloomgate: upstream PostgreSQL unreachable: "+err.Error())
 		return
 	}
@@ -400,6 +403,9 @@ func (ss *session) sendLocked(msgs ...pgproto3.BackendMessage) {
 // forwardRaw writes raw upstream, pushing e first when the upstream will
 // answer it.
 func (ss *session) forwardRaw(raw []byte, e expect, flush bool) {
+	if (e.kind == 'Q' || e.kind == 'S') && e.tmpl >= 0 {
+		e.sent = time.Now()
+	}
 	if e.kind != 'X' {
 		ss.mu.Lock()
 		if !(e.kind == 'S' && ss.copyIn) {
@@ -450,7 +456,11 @@ func (ss *session) forwardExtended(cm clientMsg) {
 		ss.forwardRaw(cm.raw, expect{kind: 'D', tmpl: ss.portalTmpl(m.Name, -2)}, false)
 		return
 	case *pgproto3.Execute:
-		ss.forwardRaw(cm.raw, expect{kind: 'E', tmpl: ss.portalTmpl(m.Portal, -2)}, false)
+		tmpl := ss.portalTmpl(m.Portal, -2)
+		if tmpl >= 0 {
+			ss.syncTmpl = tmpl
+		}
+		ss.forwardRaw(cm.raw, expect{kind: 'E', tmpl: tmpl}, false)
 		return
 	case *pgproto3.Close:
 		if m.ObjectType == 'S' {
@@ -459,7 +469,8 @@ func (ss *session) forwardExtended(cm clientMsg) {
 		ss.forwardRaw(cm.raw, expect{kind: 'C', tmpl: -1}, false)
 		return
 	case *pgproto3.Sync:
-		ss.forwardRaw(cm.raw, expect{kind: 'S', tmpl: -1}, false)
+		ss.forwardRaw(cm.raw, expect{kind: 'S', tmpl: ss.syncTmpl}, false)
+		ss.syncTmpl = -1
 		return
 	}
 	ss.forwardRaw(cm.raw, expect{kind: 'H'}, false) // unreachable: every batched message is above
@@ -1070,9 +1081,12 @@ func (ss *session) account(raw []byte) (bool, error) {
 		}
 		ss.txStatus = m.TxStatus
 		for len(ss.queue) > 0 {
-			k := ss.queue[0].kind
+			e := ss.queue[0]
 			ss.queue = ss.queue[1:]
-			if k == 'S' || k == 'Q' || k == 'F' {
+			if e.kind == 'S' || e.kind == 'Q' || e.kind == 'F' {
+				if !e.sent.IsZero() {
+					ss.srv.stmts[e.tmpl].latency.Observe(time.Since(e.sent).Seconds())
+				}
 				break
 			}
 		}
