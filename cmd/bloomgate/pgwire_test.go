@@ -3,10 +3,18 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -650,4 +658,80 @@ func TestPGFrontReadyz(t *testing.T) {
 	}
 	f.pg.Start(t)
 	testsvc.Eventually(t, 20*time.Second, func() bool { u = upstream(); return u["ready"] == true }, "/readyz never has the upstream back: %v", u)
+}
+
+// TestPGFrontTLS: with tls-cert-file and tls-key-file the front end
+// accepts psql's and pgx's TLS (verify-full against the certificate), and
+// a postgres-upstream URL with sslmode=require reaches PostgreSQL over
+// TLS: the binary's wiring of what serve/pgwire's TLS tests check in depth.
+func TestPGFrontTLS(t *testing.T) {
+	dsn := testsvc.Postgres(t)
+	ctx := context.Background()
+	direct, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ssl string
+	direct.QueryRow(ctx, "SHOW ssl").Scan(&ssl)
+	upstream := fmt.Sprintf("%s:%d", direct.Config().Host, direct.Config().Port)
+	user, db := direct.Config().User, direct.Config().Database
+	direct.Close(ctx)
+	if ssl != "on" {
+		testsvc.Unavailable(t, "the shared PostgreSQL has ssl = %q: upstream TLS cannot be tested", ssl)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	writeSelfSigned(t, certFile, keyFile)
+	front := freeAddr(t)
+	conf, _, _ := serveConf(t, dir, fmt.Sprintf("tls-cert-file %s\ntls-key-file %s\npostgres-listen %s\npostgres-upstream \"postgres://%s/?sslmode=require\"\n",
+		certFile, keyFile, front, upstream))
+	startServe(t, buildBinary(t), "-config", conf)
+	host, port, _ := net.SplitHostPort(front)
+	url := fmt.Sprintf("postgres://%s@%s:%s/%s?sslmode=verify-full&sslrootcert=%s", user, host, port, db, certFile)
+
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var upstreamSSL bool
+	if err := c.QueryRow(ctx, "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&upstreamSSL); err != nil || !upstreamSSL {
+		t.Errorf("the upstream connection: ssl %v, %v; want TLS", upstreamSSL, err)
+	}
+	if _, ok := c.PgConn().Conn().(*tls.Conn); !ok {
+		t.Errorf("pgx's connection to the front end is %T, not TLS", c.PgConn().Conn())
+	}
+	if _, err := exec.LookPath("psql"); err != nil {
+		testsvc.Unavailable(t, "psql: %v", err)
+	}
+	out, err := exec.Command("psql", "-X", "-At", url, "-c", `\conninfo`, "-c", "SELECT 7").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "SSL connection (protocol: TLS") || !strings.HasSuffix(string(out), "\n7\n") {
+		t.Errorf("psql sslmode=verify-full: %v\n%s", err, out)
+	}
+}
+
+// writeSelfSigned writes a self-signed certificate for 127.0.0.1 and its
+// key as PEM.
+func writeSelfSigned(t *testing.T, certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bloomgate test"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:   time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, certFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	writeFile(t, keyFile, string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})))
 }

@@ -4,6 +4,11 @@
 // notices, LISTEN/NOTIFY, every message it does not act on) and answers
 // configured statements itself when the key is definitely absent.
 //
+// Messages it does not act on are relayed as they came, one whole message
+// at a time, without being decoded; pgproto3 decodes the ones it acts on.
+// TLS from clients (Config.TLSConfig) and to the upstream (Config.Upstream
+// as a URL with sslmode) are independent of each other.
+//
 // A statement is answered locally only when all of these hold, and is
 // forwarded otherwise, counted by reason (bloomgate_pgwire_forwarded_total):
 //
