@@ -139,9 +139,7 @@ func TestClientTLS(t *testing.T) {
 		}
 	})
 	t.Run("psycopg2", func(t *testing.T) {
-		if err := exec.Command("/usr/bin/python3", "-c", "import psycopg2").Run(); err != nil {
-			testsvc.Unavailable(t, "psycopg2 (Debian python3-psycopg2): %v", err)
-		}
+		py := testsvc.PythonModule(t, "python3-psycopg2", "psycopg2")
 		script := `import psycopg2, sys
 c = psycopg2.connect(sys.argv[1])
 cur = c.cursor()
@@ -151,7 +149,7 @@ for k in ("k4", "py-absent"):
     print(cur.fetchall())
 `
 		for _, mode := range []string{"require", "verify-full"} {
-			out, err := exec.Command("/usr/bin/python3", "-c", script, withSSL(f.front, mode, "sslrootcert="+cert.file),
+			out, err := exec.Command(py, "-c", script, withSSL(f.front, mode, "sslrootcert="+cert.file),
 				"SELECT email, n FROM "+f.table+" WHERE email = %s").CombinedOutput()
 			if err != nil {
 				t.Fatalf("psycopg2 sslmode=%s: %v\n%s", mode, err, out)
