@@ -202,17 +202,12 @@ func (ss *session) authenticate() bool {
 			}
 		}
 		ss.cw.Write(raw)
-		if ss.uin.whole() {
-			continue // the rest of the upstream's burst first
-		}
-		if err := ss.cw.Flush(); err != nil {
-			return false
-		}
 		switch raw[0] {
 		case msgErrorResponse:
+			ss.cw.Flush()
 			return false
 		case msgReadyForQuery:
-			return true
+			return ss.cw.Flush() == nil
 		case msgAuthentication:
 			if len(raw) < 9 {
 				return false
@@ -220,6 +215,9 @@ func (ss *session) authenticate() bool {
 			switch binary.BigEndian.Uint32(raw[5:]) {
 			case pgproto3.AuthTypeCleartextPassword, pgproto3.AuthTypeMD5Password, pgproto3.AuthTypeSASL,
 				pgproto3.AuthTypeSASLContinue, pgproto3.AuthTypeGSS, pgproto3.AuthTypeGSSCont:
+				if err := ss.cw.Flush(); err != nil {
+					return false
+				}
 				// The client's answer, whatever its kind, relayed as it is.
 				resp, err := ss.cin.next()
 				if err != nil || resp[0] != msgPassword {
@@ -228,6 +226,12 @@ func (ss *session) authenticate() bool {
 				if _, err := ss.up.Write(resp); err != nil {
 					return false
 				}
+				continue
+			}
+		}
+		if !ss.uin.whole() { // the rest of the upstream's burst first
+			if err := ss.cw.Flush(); err != nil {
+				return false
 			}
 		}
 	}
