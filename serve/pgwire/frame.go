@@ -28,6 +28,9 @@ type msgReader struct {
 // next returns the next message, type byte and length included. It is
 // valid until the next call.
 func (r *msgReader) next() ([]byte, error) {
+	if cap(r.buf) > 1<<20 {
+		r.buf = nil // the last large message is done with: do not hold its memory
+	}
 	h, err := r.br.Peek(5)
 	if err != nil {
 		if len(h) > 0 && errors.Is(err, io.EOF) {

@@ -3,11 +3,14 @@ package pgwire
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
@@ -78,4 +81,38 @@ func FuzzStartup(f *testing.F) {
 			at = consumed
 		}
 	})
+}
+
+// TestLargeMessages: messages larger than the read buffers, both ways
+// (a long query, a long value in a row, COPY data), relayed whole.
+func TestLargeMessages(t *testing.T) {
+	f := newFrontEnd(t)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, f.front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	for _, n := range []int{readBufferSize - 10, readBufferSize + 1, 3 << 20} {
+		long := strings.Repeat("x", n)
+		var got string
+		if err := c.QueryRow(ctx, "SELECT $1::text || 'y'", long).Scan(&got); err != nil || got != long+"y" {
+			t.Fatalf("a %d-byte value: %d bytes back, %v", n, len(got), err)
+		}
+		var length int
+		if err := c.QueryRow(ctx, "SELECT length('"+long+"')", pgx.QueryExecModeSimpleProtocol).Scan(&length); err != nil || length != n {
+			t.Fatalf("a %d-byte query: %d, %v", n, length, err)
+		}
+	}
+	if _, err := c.Exec(ctx, "CREATE TEMP TABLE big (v text)"); err != nil {
+		t.Fatal(err)
+	}
+	rows := [][]any{{strings.Repeat("a", 100_000)}, {strings.Repeat("b", 2<<20)}, {"c"}}
+	if n, err := c.CopyFrom(ctx, pgx.Identifier{"big"}, []string{"v"}, pgx.CopyFromRows(rows)); err != nil || n != 3 {
+		t.Fatalf("COPY FROM: %d %v", n, err)
+	}
+	var total int
+	if err := c.QueryRow(ctx, "SELECT sum(length(v)) FROM big").Scan(&total); err != nil || total != 100_000+2<<20+1 {
+		t.Fatalf("COPY FROM stored %d bytes, %v", total, err)
+	}
 }
