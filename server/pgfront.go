@@ -45,13 +45,13 @@ func newPostgresFront(ctx context.Context, cfg *Config, store *serve.Store, tlsC
 				return nil, closers, fmt.Errorf("set %q: answer %q: %w", d.Name, sql, err)
 			}
 			cctx, cancel := context.WithTimeout(ctx, timeout)
-			db, oid, err := postgres.CheckAnswer(cctx, pool, table, column, sql)
+			db, oids, err := postgres.CheckAnswer(cctx, pool, table, column, sql)
 			cancel()
 			if err != nil {
 				return nil, closers, fmt.Errorf("set %q: answer %q: %w", d.Name, sql, err)
 			}
 			stmts = append(stmts, pgwire.Statement{SetName: d.Name, SQL: sql, Table: table, Column: column,
-				Database: db, ParamOID: oid, Set: set, ReadPosition: read})
+				Database: db, ParamOIDs: oids, Set: set, ReadPosition: read})
 		}
 	}
 	p := cfg.PostgresFront

@@ -14,8 +14,9 @@
 //
 //   - it is one of the set's answer statements, token for token (keywords
 //     and unquoted names in any case, whitespace and comments free), on the
-//     extended protocol with $1, or on the simple protocol with a string
-//     literal for $1 ('…' under standard_conforming_strings on, E'…', $$…$$);
+//     extended protocol with its parameters, or on the simple protocol with
+//     a string literal for each ('…' under standard_conforming_strings on,
+//     E'…', $$…$$); every parameter text PostgreSQL accepts;
 //   - the session is idle outside a transaction block, nothing it sent
 //     before awaits an answer, its client_encoding is UTF8, it has not
 //     changed search_path or role, and it is connected to the set's

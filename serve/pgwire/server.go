@@ -40,18 +40,20 @@ type Set interface {
 type Statement struct {
 	// SetName names the set in metrics, logs and errors. Required.
 	SetName string
-	// SQL is the statement, with the key as $1. Required; checked by
-	// ParseTemplate against Table and Column.
+	// SQL is the statement, with the key as a parameter ($1, or $k when
+	// other parameters are compared with other text columns). Required;
+	// checked by ParseTemplate against Table and Column.
 	SQL string
 	// Table and Column are the set's table and key column. Required.
 	Table, Column string
 	// Database is the database the set's table is in: sessions connected
 	// to another database are never answered locally. Required.
 	Database string
-	// ParamOID is the type of $1 as the database infers it (text or
-	// varchar), for a Describe of the statement answered locally. Default:
-	// 0, such a Describe is forwarded.
-	ParamOID uint32
+	// ParamOIDs are the types of $1…$n as the database infers them (text
+	// or varchar), for a Describe of the statement answered locally.
+	// Default: none, such a Describe is forwarded unless the client
+	// declared every parameter's type.
+	ParamOIDs []uint32
 	// Set is the set. Required.
 	Set Set
 	// ReadPosition reads the database's WAL insert position

@@ -88,7 +88,7 @@ func newFrontEnd(t testing.TB, tweaks ...func(*Config)) *frontEnd {
 	conf := Config{
 		Upstream: net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)),
 		Statements: []Statement{{SetName: "s", SQL: "SELECT email, n FROM " + table + " WHERE email = $1", Table: table, Column: "email",
-			Database: cfg.Database, ParamOID: 25, Set: set, ReadPosition: func(ctx context.Context) (changefeed.Position, error) {
+			Database: cfg.Database, ParamOIDs: []uint32{25}, Set: set, ReadPosition: func(ctx context.Context) (changefeed.Position, error) {
 				mu.Lock()
 				defer mu.Unlock()
 				var s string

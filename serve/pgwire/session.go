@@ -732,8 +732,13 @@ func (ss *session) answerBatch() bool {
 				return false // the upstream's error: already exists
 			}
 			tmpl := ss.matchExtended(m.Query, false)
-			if tmpl < 0 || len(m.ParameterOIDs) > 1 || len(m.ParameterOIDs) == 1 && !textOID(m.ParameterOIDs[0]) {
+			if tmpl < 0 || len(m.ParameterOIDs) > ss.srv.stmts[tmpl].tmpl.Params() {
 				return false
+			}
+			for _, oid := range m.ParameterOIDs {
+				if !textOID(oid) {
+					return false
+				}
 			}
 			pending[m.Name] = &stmtInfo{query: m.Query, oids: append([]uint32(nil), m.ParameterOIDs...), tmpl: tmpl}
 		case *pgproto3.Bind:
@@ -748,14 +753,27 @@ func (ss *session) answerBatch() bool {
 				refusal = ReasonBatch
 				break
 			}
-			if len(m.Parameters) != 1 || len(m.ParameterFormatCodes) > 1 || !formatsOK(m.ParameterFormatCodes) || !formatsOK(m.ResultFormatCodes) {
+			tp := ss.srv.stmts[st.tmpl].tmpl
+			if nf := len(m.ParameterFormatCodes); len(m.Parameters) != tp.Params() || nf > 1 && nf != tp.Params() ||
+				!formatsOK(m.ParameterFormatCodes) || !formatsOK(m.ResultFormatCodes) {
 				return false // the upstream's error, or nothing to do
 			}
-			if m.Parameters[0] == nil || !validKey(m.Parameters[0]) {
+			key := m.Parameters[tp.Key()-1]
+			if key == nil {
 				refusal = ReasonKey
 				break
 			}
-			lookups = append(lookups, lookup{st.tmpl, string(m.Parameters[0])})
+			for _, p := range m.Parameters {
+				// Text in either format: a value PostgreSQL refuses
+				// is its error, not "no row". NULL matches no row.
+				if p != nil && !validKey(p) {
+					refusal = ReasonKey
+				}
+			}
+			if refusal != "" {
+				break
+			}
+			lookups = append(lookups, lookup{st.tmpl, string(key)})
 			portals[""] = &localPortal{tmpl: st.tmpl, formats: append([]int16(nil), m.ResultFormatCodes...)}
 		case *pgproto3.Describe:
 			if m.ObjectType == 'S' {
@@ -817,7 +835,7 @@ func (ss *session) answerBatch() bool {
 		if l == nil {
 			return count(ReasonNotLearned)
 		}
-		if d, ok := cm.msg.(*pgproto3.Describe); ok && d.ObjectType == 'S' && ss.srv.stmts[tmpl].ParamOID == 0 && !declared(stmt(d.Name)) {
+		if d, ok := cm.msg.(*pgproto3.Describe); ok && d.ObjectType == 'S' && paramTypes(ss.srv.stmts[tmpl], stmt(d.Name)) == nil {
 			return count(ReasonNotLearned)
 		}
 		if b, ok := cm.msg.(*pgproto3.Bind); ok && len(b.ResultFormatCodes) > 1 && len(b.ResultFormatCodes) != len(l.row.Fields) {
@@ -844,11 +862,7 @@ func (ss *session) answerBatch() bool {
 		case *pgproto3.Describe:
 			if m.ObjectType == 'S' {
 				st := stmt(m.Name)
-				oid := ss.srv.stmts[st.tmpl].ParamOID
-				if declared(st) {
-					oid = st.oids[0] // as PostgreSQL: the type the client declared
-				}
-				ss.sendLocked(&pgproto3.ParameterDescription{ParameterOIDs: []uint32{oid}})
+				ss.sendLocked(&pgproto3.ParameterDescription{ParameterOIDs: paramTypes(ss.srv.stmts[st.tmpl], st)})
 				ss.sendLocked(shapes[st.tmpl].row)
 			} else {
 				ss.sendLocked(withFormats(shapes[cur.tmpl].row, cur.formats))
@@ -883,8 +897,24 @@ func slicesEqual(a, b []uint32) bool {
 	return true
 }
 
-// declared reports whether the client's Parse gave $1 a type.
-func declared(st *stmtInfo) bool { return len(st.oids) == 1 && st.oids[0] != 0 }
+// paramTypes returns the parameter types PostgreSQL would describe for a
+// client's statement: the type the client declared for a parameter, else
+// the one the database inferred (Statement.ParamOIDs); nil when one is
+// unknown.
+func paramTypes(rt *stmtRuntime, st *stmtInfo) []uint32 {
+	oids := make([]uint32, rt.tmpl.Params())
+	for i := range oids {
+		if i < len(st.oids) && st.oids[i] != 0 {
+			oids[i] = st.oids[i]
+		} else if i < len(rt.ParamOIDs) {
+			oids[i] = rt.ParamOIDs[i]
+		}
+		if oids[i] == 0 {
+			return nil
+		}
+	}
+	return oids
+}
 
 // textOID: the parameter types a text key may be declared with: unknown,
 // text, varchar.

@@ -3,6 +3,7 @@ package pgwire
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -331,15 +332,30 @@ func scanDollar(s string) (string, int, error) {
 
 // Template is a statement a set may answer, recognised at start: a SELECT
 // from the set's table whose WHERE clause is a conjunction with one
-// conjunct "column = $1" on the set's column.
+// conjunct "column = $k" on the set's column; other parameters, if any,
+// are compared with other columns the same way.
 type Template struct {
 	// SQL is the statement as configured.
 	SQL  string
 	toks []token
-	// param is the index in toks of the key's $1; casts the tokens of its
-	// cast ("::", type) that follow it, if any.
+	// param is the index in toks of the key's parameter; casts the tokens
+	// of its cast ("::", type) that follow it, if any.
 	param, casts int
+	// key is the key's parameter number ($key), params how many there are.
+	key, params int
+	// at are the indexes in toks of every parameter.
+	at []int
 }
+
+// Params is how many parameters the statement has; Key is the number of
+// the key's ($1 is 1).
+func (t *Template) Params() int { return t.params }
+
+// Key is the number of the key's parameter ($1 is 1).
+func (t *Template) Key() int { return t.key }
+
+// maxParams bounds a template's parameters.
+const maxParams = 16
 
 // forbidden are words whose presence makes an absent key's answer other
 // than "no rows", or its evaluation depend on more than the key: set
@@ -385,7 +401,8 @@ func ParseTemplate(stmt, table, column string) (*Template, error) {
 	if err != nil || len(colName) != 1 {
 		return nil, fmt.Errorf("column %q: want one column name", column)
 	}
-	params := 0
+	seen := map[int]bool{}
+	var at []int
 	for i, t := range toks {
 		switch {
 		case t.kind == tokIdent && i > 0 && forbidden[t.val]:
@@ -395,16 +412,26 @@ func ParseTemplate(stmt, table, column string) (*Template, error) {
 		case t.kind == tokOp && t.val == ";":
 			return nil, errors.New("one statement only")
 		case t.kind == tokParam:
-			params++
-			if t.val != "$1" {
-				return nil, fmt.Errorf("parameter %s: the key must be $1, the only parameter", t.val)
+			n, err := strconv.Atoi(t.val[1:])
+			if err != nil || n < 1 || n > maxParams {
+				return nil, fmt.Errorf("parameter %s: want $1 to $%d", t.val, maxParams)
 			}
+			if seen[n] {
+				return nil, fmt.Errorf("parameter %s used twice", t.val)
+			}
+			seen[n] = true
+			at = append(at, i)
 		case t.kind == tokOp && strings.ContainsAny(t.val, "+-/%^|&~#@?") && t.val != "*":
 			return nil, fmt.Errorf("operator %s is not allowed (an expression could fail at run time)", t.val)
 		}
 	}
-	if params != 1 {
-		return nil, fmt.Errorf("want exactly one parameter, $1 (the key), found %d", params)
+	if len(at) == 0 {
+		return nil, errors.New("no parameter: want the key as $1")
+	}
+	for n := 1; n <= len(at); n++ {
+		if !seen[n] {
+			return nil, fmt.Errorf("parameters must be $1 to $%d: $%d is missing", len(at), n)
+		}
 	}
 	from := indexWord(toks, "from")
 	if from < 0 {
@@ -459,7 +486,8 @@ func ParseTemplate(stmt, table, column string) (*Template, error) {
 	if err := checkTail(toks[end:]); err != nil {
 		return nil, err
 	}
-	tp := &Template{SQL: stmt, toks: toks, param: -1}
+	tp := &Template{SQL: stmt, toks: toks, param: -1, params: len(at), at: at}
+	inConjunct := 0 // parameters compared with a column in a conjunct
 	// Conjuncts at depth 0, split on AND.
 	start := i
 	depth = 0
@@ -480,12 +508,19 @@ func ParseTemplate(stmt, table, column string) (*Template, error) {
 		}
 		if p, casts, ok := keyConjunct(toks[start:j], quals, colName[0]); ok && tp.param < 0 {
 			tp.param, tp.casts = start+p, casts
+			inConjunct++
+		} else if _, _, ok := keyConjunct(toks[start:j], quals, ""); ok {
+			inConjunct++ // another column compared with a parameter
 		}
 		start = j + 1
 	}
 	if tp.param < 0 {
 		return nil, fmt.Errorf("WHERE: want a conjunct %s = $1 (the bare column, compared with the bare parameter) joined to the others by AND", column)
 	}
+	if inConjunct != len(at) {
+		return nil, errors.New("a parameter other than the key's must be compared with a bare column (column = $n) in a conjunct of its own: elsewhere its value could change the answer or fail")
+	}
+	tp.key, _ = strconv.Atoi(toks[tp.param].val[1:])
 	return tp, nil
 }
 
@@ -514,15 +549,15 @@ func checkTail(toks []token) error {
 	return nil
 }
 
-// keyConjunct reports whether c is "[qual.]column = $1[::text]" or its
-// mirror, and where $1 is in c.
+// keyConjunct reports whether c is "[qual.]column = $n[::text]" or its
+// mirror (any column when column is ""), and where $n is in c.
 func keyConjunct(c []token, quals [][]string, column string) (param, casts int, ok bool) {
 	colAt := func(c []token) int {
 		name, n := readName(c)
 		if n == 0 {
 			return 0
 		}
-		if name[len(name)-1] != column {
+		if column != "" && name[len(name)-1] != column {
 			return 0
 		}
 		if q := name[:len(name)-1]; len(q) > 0 {
@@ -539,7 +574,7 @@ func keyConjunct(c []token, quals [][]string, column string) (param, casts int, 
 		return n
 	}
 	paramAt := func(c []token) (int, int) {
-		if len(c) == 0 || c[0] != (token{kind: tokParam, val: "$1"}) {
+		if len(c) == 0 || c[0].kind != tokParam {
 			return 0, 0
 		}
 		if len(c) >= 3 && c[1] == (token{kind: tokOp, val: "::"}) && c[2].kind == tokIdent && textCasts[c[2].val] {
@@ -641,15 +676,24 @@ func (t *Template) match(toks []token, literal bool) (key string, kind matchKind
 		return "", matchNone
 	}
 	kind = matchParam
+	if literal {
+		kind = matchEscape
+	}
+	next := 0 // the next parameter in t.at
 	for i, want := range t.toks {
 		got := toks[i]
-		if i == t.param && literal {
+		if literal && next < len(t.at) && i == t.at[next] {
+			next++
 			if got.kind != tokString {
 				return "", matchNone
 			}
-			key, kind = got.val, matchString
-			if got.escape {
-				kind = matchEscape
+			if !got.escape {
+				kind = matchString // depends on standard_conforming_strings
+			}
+			if i == t.param {
+				key = got.val
+			} else if !validKey([]byte(got.val)) {
+				return "", matchNone // PostgreSQL's error, not "no row"
 			}
 			continue
 		}

@@ -18,6 +18,8 @@ func TestParseTemplate(t *testing.T) {
 		"SELECT id FROM users WHERE (status = 'a' AND kind <> 'b') AND email = $1 OFFSET 0",
 		"SELECT DISTINCT id FROM users WHERE email = $1 /* a /* nested */ comment */",
 		"SELECT id FROM users WHERE status IN ('a', 'b') AND email = $1 AND deleted_at IS NOT NULL",
+		"SELECT id FROM users WHERE email = $1 AND tenant = $2",
+		"SELECT id FROM users u WHERE $1 = u.tenant AND u.email = $2::text AND region = $3::varchar",
 	}
 	for _, s := range ok {
 		if _, err := ParseTemplate(s, "users", "email"); err != nil {
@@ -34,8 +36,15 @@ func TestParseTemplate(t *testing.T) {
 		"SELECT id FROM users, t WHERE email = $1":                           "one table",
 		"SELECT id FROM orders WHERE email = $1":                             "not the set's table",
 		"SELECT id FROM users WHERE name = $1":                               "conjunct email = $1",
-		"SELECT id FROM users WHERE email = $1 AND id = $2":                  "only parameter",
-		"SELECT id FROM users WHERE email = $2":                              "must be $1",
+		"SELECT id FROM users WHERE email = $2":                              "$1 is missing",
+		"SELECT id FROM users WHERE email = $1 AND id = $3":                  "$2 is missing",
+		"SELECT id FROM users WHERE email = $1 AND name = $1":                "used twice",
+		"SELECT $2 FROM users WHERE email = $1":                              "compared with a bare column",
+		"SELECT id FROM users WHERE email = $1 AND id > $2":                  "compared with a bare column",
+		"SELECT id FROM users WHERE email = $1 AND NOT (tenant = $2)":        "compared with a bare column",
+		"SELECT id FROM users WHERE email = $1 AND tenant IN ($2, 'x')":      "compared with a bare column",
+		"SELECT id FROM users WHERE email = $1 AND lower(tenant) = $2":       "function call",
+		"SELECT id FROM users WHERE email = $17":                             "want $1 to $16",
 		"SELECT id FROM users WHERE email <> $1":                             "conjunct",
 		"SELECT id FROM users WHERE NOT (email = $1)":                        "conjunct",
 		"SELECT id FROM users WHERE email = $1::varchar(3)":                  "function call",
@@ -106,6 +115,22 @@ func TestMatchLiteral(t *testing.T) {
 	toks, _ = tokenize("SELECT 1 FROM users WHERE email = 'k'::text")
 	if key, kind := cast.match(toks, true); kind != matchString || key != "k" {
 		t.Errorf("cast: %q %v", key, kind)
+	}
+	two, err := ParseTemplate("SELECT id FROM users WHERE tenant = $1 AND email = $2", "users", "email")
+	if err != nil || two.Key() != 2 || two.Params() != 2 {
+		t.Fatalf("two parameters: %v %+v", err, two)
+	}
+	for q, want := range map[string]matchKind{
+		"SELECT id FROM users WHERE tenant = E't' AND email = $$k$$":   matchEscape,
+		"SELECT id FROM users WHERE tenant = 't' AND email = E'k'":     matchString, // the tenant's '' literal
+		"SELECT id FROM users WHERE tenant = E'\\xff' AND email = 'k'": matchNone,   // PostgreSQL's error
+		"SELECT id FROM users WHERE tenant = 1 AND email = 'k'":        matchNone,
+	} {
+		toks, _ := tokenize(q)
+		key, kind := two.match(toks, true)
+		if kind != want || kind != matchNone && key != "k" {
+			t.Errorf("%q: %q %v, want k %v", q, key, kind, want)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,16 +19,17 @@ const (
 // CheckAnswer checks, on the database, a statement a set may answer for
 // absent keys (the shape is checked by the front end): the key column is
 // text or varchar with a deterministic collation, and the statement
-// prepares with one parameter of such a type. It returns the database's
-// name and the parameter's type OID.
-func CheckAnswer(ctx context.Context, pool *pgxpool.Pool, table, column, stmt string) (db string, paramOID uint32, err error) {
+// prepares with parameters all of such types (any valid text is then a
+// valid value: an absent key's answer is no row whatever the others are).
+// It returns the database's name and the parameters' type OIDs.
+func CheckAnswer(ctx context.Context, pool *pgxpool.Pool, table, column, stmt string) (db string, paramOIDs []uint32, err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return "", 0, err
+		return "", nil, err
 	}
 	defer conn.Release()
 	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
-		return "", 0, err
+		return "", nil, err
 	}
 	var typ uint32
 	var deterministic bool
@@ -36,20 +38,25 @@ func CheckAnswer(ctx context.Context, pool *pgxpool.Pool, table, column, stmt st
 		WHERE a.attrelid = $1::regclass AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped`,
 		table, column).Scan(&typ, &deterministic)
 	if err != nil {
-		return "", 0, fmt.Errorf("column %s.%s: %w", table, column, err)
+		return "", nil, fmt.Errorf("column %s.%s: %w", table, column, err)
 	}
 	if typ != oidText && typ != oidVarchar {
-		return "", 0, fmt.Errorf("column %s.%s is not text or varchar: a statement on it cannot be answered from the set (its equality is not the key's text)", table, column)
+		return "", nil, fmt.Errorf("column %s.%s is not text or varchar: a statement on it cannot be answered from the set (its equality is not the key's text)", table, column)
 	}
 	if !deterministic {
-		return "", 0, fmt.Errorf("column %s.%s has a nondeterministic collation: equal values may differ in bytes", table, column)
+		return "", nil, fmt.Errorf("column %s.%s has a nondeterministic collation: equal values may differ in bytes", table, column)
 	}
 	sd, err := conn.Conn().Prepare(ctx, "", stmt)
 	if err != nil {
-		return "", 0, fmt.Errorf("prepare: %w", err)
+		return "", nil, fmt.Errorf("prepare: %w", err)
 	}
-	if len(sd.ParamOIDs) != 1 || sd.ParamOIDs[0] != oidText && sd.ParamOIDs[0] != oidVarchar {
-		return "", 0, fmt.Errorf("the parameter $1 must be text or varchar (got types %v)", sd.ParamOIDs)
+	if len(sd.ParamOIDs) == 0 {
+		return "", nil, errors.New("the statement has no parameter")
 	}
-	return db, sd.ParamOIDs[0], nil
+	for i, oid := range sd.ParamOIDs {
+		if oid != oidText && oid != oidVarchar {
+			return "", nil, fmt.Errorf("the parameter $%d must be text or varchar (got types %v): a value of another type could fail to convert, an error and not \"no row\"", i+1, sd.ParamOIDs)
+		}
+	}
+	return db, sd.ParamOIDs, nil
 }
