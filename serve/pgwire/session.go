@@ -973,6 +973,16 @@ func (ss *session) relay() {
 			}
 			ss.mu.Unlock()
 			if err == nil && !forward {
+				if !ss.uin.whole() {
+					// What was written before the swallowed message
+					// must not wait for the upstream's next burst.
+					ss.cmu.Lock()
+					ferr := ss.cw.Flush()
+					ss.cmu.Unlock()
+					if ferr != nil {
+						return
+					}
+				}
 				continue
 			}
 		}
