@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -136,6 +137,25 @@ func TestPgBouncer(t *testing.T) {
 	if rows.Err() != nil || servers < 1 {
 		t.Errorf("PgBouncer has %d server connections for %s (%v): the front end did not go through it", servers, probeDB, rows.Err())
 	}
+	t.Run("cancel", func(t *testing.T) {
+		// The client's cancel request reaches PgBouncer with PgBouncer's
+		// key for the session, and PgBouncer cancels the query.
+		c, err := pgx.Connect(ctx, f.front)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			c.PgConn().CancelRequest(ctx)
+		}()
+		start := time.Now()
+		_, err = c.Exec(ctx, "SELECT pg_sleep(20)")
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "57014" || time.Since(start) > 10*time.Second {
+			t.Fatalf("cancel through PgBouncer: %v after %v, want 57014", err, time.Since(start))
+		}
+	})
 	t.Run("psql", func(t *testing.T) {
 		if _, err := exec.LookPath("psql"); err != nil {
 			testsvc.Unavailable(t, "psql: %v", err)
