@@ -24,6 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
@@ -157,6 +158,36 @@ for k in ("k4", "py-absent"):
 			if want := "True TLS\n[('k4', 4)]\n[]\n"; string(out) != want {
 				t.Errorf("psycopg2 sslmode=%s: %q, want %q", mode, out, want)
 			}
+		}
+	})
+	t.Run("gssenc-then-ssl", func(t *testing.T) {
+		// GSSENCRequest is answered 'N'; the client may then ask for TLS,
+		// as libpq does with gssencmode=prefer.
+		c, err := net.Dial("tcp", f.srv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		var b [1]byte
+		for _, step := range []struct {
+			req  interface{ Encode([]byte) ([]byte, error) }
+			want byte
+		}{{&pgproto3.GSSEncRequest{}, 'N'}, {&pgproto3.SSLRequest{}, 'S'}} {
+			req, _ := step.req.Encode(nil)
+			if _, err := c.Write(req); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, b[:]); err != nil {
+				t.Fatal(err)
+			}
+			if b[0] != step.want {
+				t.Fatalf("%T answered %q, want %q", step.req, b[0], step.want)
+			}
+		}
+		tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true})
+		if err := tc.Handshake(); err != nil {
+			t.Fatalf("TLS after GSSENCRequest 'N': %v", err)
 		}
 	})
 	t.Run("data-after-ssl-request", func(t *testing.T) {
