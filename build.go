@@ -363,11 +363,13 @@ func (g *Gate) finish(nf Filter, bb *filter.BloomBuilder, kind string, snapshotA
 		}
 		return fmt.Errorf("bloomgate: %s: %w", kind, serr)
 	}
-	nv := &view{state: StateReady, f: nf, seed: g.seed, snapshotAt: snapshotAt, builtAt: g.cfg.Now()}
+	nv := &view{state: StateReady, f: nf, seed: g.seed, snapshotAt: snapshotAt, builtAt: g.cfg.Now(), gen: g.m.builds.Add(1)}
 	nv.rm, _ = nf.(Remover)
+	if g.view.Load().f != nil {
+		g.noteSwapLocked()
+	}
 	g.publishLocked(nv)
 	g.unapplied = unapplied // removes made during the build never reached nf
-	g.m.builds.Add(1)
 	return nil
 }
 

@@ -61,6 +61,36 @@ type RelayedHead interface {
 	HeadAge(ctx context.Context) (head changefeed.Position, age time.Duration, err error)
 }
 
+// Generations is implemented by a snapshot-only Feed whose filters are
+// built elsewhere and published as generations while it streams, such as a
+// fan-out instance (the feeder's rebuilds). Follow then swaps each newer
+// generation in beside the running stream, with no moment of failing open:
+// the serving filter keeps answering and following while the newer one is
+// loaded (LoadNewer) and caught up (CatchUp) to the serving filter's
+// position; at that position readers switch with one atomic store, and
+// Swapped tells the feed. A swap that cannot complete (a hash seed that
+// differs, a catch-up that does not meet the stream) ends the Stream, and
+// Follow loads the newest snapshot as at a start.
+type Generations interface {
+	// Newer receives when a newer generation than the one served is
+	// published.
+	Newer() <-chan struct{}
+	// LoadNewer calls try with the newest generation's snapshot, if it is
+	// newer than the one served, and returns its generation (0, and try not
+	// called: none newer).
+	LoadNewer(ctx context.Context, try func(r io.Reader) error) (gen uint64, err error)
+	// CatchUp calls apply, in order, for every transaction after from, the
+	// position of the snapshot LoadNewer loaded last, while Stream goes on,
+	// until ctx is done or apply fails (CatchUp returns apply's error).
+	CatchUp(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error
+	// Swapped says that the generation LoadNewer loaded serves from pos on.
+	Swapped(pos changefeed.Position, gen uint64)
+}
+
+// generationOf is implemented by a Feed that knows the generation of the
+// snapshot Follow loaded last (a fan-out instance).
+type generationOf interface{ Generation() uint64 }
+
 type feedEstimator interface {
 	Estimate(ctx context.Context) (int64, error)
 }
@@ -341,8 +371,32 @@ type follower struct {
 	perPos    float64 // keys per unit of position applied (a stream's backlog in keys)
 	buildDur  time.Duration
 	buildKeys uint64
-	wg        sync.WaitGroup
+	// swap: a newer generation being caught up (Generations), and
+	// swapFailed, how to end the stream when it cannot be.
+	swap       *feedSwap
+	swapFailed context.CancelCauseFunc
+	wg         sync.WaitGroup
 }
+
+// feedSwap is a newer generation's filter on its way to serving: nf holds
+// exactly the transactions up to pos. The catch-up moves pos up to the
+// serving filter's position, or the stream moves the serving filter's up to
+// pos; where they meet, nf replaces it.
+type feedSwap struct {
+	nf      Filter
+	pos     changefeed.Position
+	gen     uint64
+	from    changefeed.Position // the snapshot's position
+	start   time.Time
+	refused bool // nf refused a key: it cannot serve
+}
+
+// errSwapFailed ends a stream whose newer generation could not be swapped
+// in beside it: Follow loads the newest snapshot instead.
+var errSwapFailed = errors.New("bloomgate: the newer filter could not be swapped in beside the stream; loading it afresh")
+
+// errSwapped ends a catch-up that reached the serving filter's position.
+var errSwapped = errors.New("bloomgate: swapped")
 
 type feedRebuild struct {
 	nf Filter
@@ -412,13 +466,23 @@ func (fl *follower) run(ctx context.Context, fresh bool) error {
 			return err
 		}
 	}
-	sctx, cancel := context.WithCancel(ctx)
+	sctx, cancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { fl.watch(sctx) })
+	if gens, ok := fl.feed.(Generations); ok && fl.noRebuild {
+		fl.mu.Lock()
+		fl.swapFailed = cancel
+		fl.mu.Unlock()
+		wg.Go(func() { fl.followGenerations(sctx, gens) })
+	}
 	err := fl.feed.Stream(sctx, fl.pos, fl.apply)
-	cancel()
+	if c := context.Cause(sctx); ctx.Err() == nil && errors.Is(c, errSwapFailed) {
+		err = c
+	}
+	cancel(nil)
 	wg.Wait()
 	fl.mu.Lock()
+	fl.swap = nil
 	if rb := fl.rebuild; rb != nil {
 		fl.rebuild = nil
 		rb.cancel()
@@ -476,19 +540,24 @@ func (fl *follower) load(ctx context.Context) bool {
 	}
 	g.seed = f.Seed()
 	g.journal = newJournal(g.cfg.RebuildOverlap) // its hashes used the old seed
-	fl.publishLocked(f, capacityOf(f))
+	var gen uint64
+	if gf, ok := fl.feed.(generationOf); ok {
+		gen = gf.Generation()
+	}
+	fl.publishLocked(f, capacityOf(f), gen)
 	fl.pos = pos
 	g.m.observeBuild("snapshot", g.cfg.Now().Sub(start), nil)
 	g.cfg.Logger.Info("bloomgate: snapshot loaded", "position", pos, "seconds", g.cfg.Now().Sub(start).Seconds())
 	return true
 }
 
-// publishLocked makes f the serving filter, authoritative only if the
-// follower has caught up. fl.mu and g.mu are held.
-func (fl *follower) publishLocked(f Filter, capacity uint64) {
+// publishLocked makes f, of generation gen, the serving filter,
+// authoritative only if the follower has caught up. fl.mu and g.mu are
+// held.
+func (fl *follower) publishLocked(f Filter, capacity, gen uint64) {
 	g := fl.g
 	now := g.cfg.Now()
-	nv := &view{state: StateReady, f: f, seed: f.Seed(), followed: true, snapshotAt: now, builtAt: now}
+	nv := &view{state: StateReady, f: f, seed: f.Seed(), followed: true, snapshotAt: now, builtAt: now, gen: gen}
 	nv.rm, _ = f.(Remover)
 	switch {
 	case g.closed:
@@ -580,8 +649,7 @@ func (fl *follower) bootstrap(ctx context.Context) error {
 		}
 		fl.mu.Lock()
 		g.mu.Lock()
-		fl.publishLocked(nf, capacity)
-		g.m.builds.Add(1)
+		fl.publishLocked(nf, capacity, g.m.builds.Add(1))
 		g.mu.Unlock()
 		fl.pos = pos
 		fl.buildDur, fl.buildKeys = g.cfg.Now().Sub(start), uint64(keys)
@@ -758,8 +826,18 @@ func (fl *follower) apply(t changefeed.Txn) error {
 	if rb := fl.rebuild; rb != nil {
 		rb.buf = append(rb.buf, ht)
 	}
+	prev := fl.pos
 	fl.pos = t.End
 	fl.applied++
+	if sw := fl.swap; sw != nil && sw.pos > prev {
+		// The newer generation is ahead of the stream: it holds t already.
+		switch {
+		case sw.pos == fl.pos:
+			fl.swapLocked(sw)
+		case sw.pos < fl.pos:
+			fl.failSwapLocked(sw, fmt.Errorf("the stream went from %v to %v, past the newer filter's position %v", prev, fl.pos, sw.pos))
+		}
+	}
 	now := g.cfg.Now()
 	fl.updateLocked(now, false)
 	switch {
@@ -904,6 +982,8 @@ func (fl *follower) applyTo(f Filter, t hashedTxn, serving bool) {
 				}
 			} else if rb := fl.rebuild; rb != nil && rb.nf == f {
 				rb.refused = true
+			} else if sw := fl.swap; sw != nil && sw.nf == f {
+				sw.refused = true
 			}
 		}
 	}
@@ -1045,15 +1125,140 @@ func (fl *follower) runRebuild(ctx context.Context, rb *feedRebuild) {
 		}
 	}
 	g.endBuildLocked()
-	fl.publishLocked(rb.nf, rb.capacity)
+	fl.publishLocked(rb.nf, rb.capacity, g.m.builds.Add(1))
 	fl.heldBelow = pos
 	fl.buildDur, fl.buildKeys = g.cfg.Now().Sub(start), uint64(keys)+uint64(replayed)
-	g.m.builds.Add(1)
+	g.noteSwapLocked()
 	g.mu.Unlock()
 	fl.snapshotLocked()
 	g.cfg.Logger.Info("bloomgate: filter rebuilt from the change feed", "reason", rb.cause, "keys", keys, "position", pos,
 		"capacity", rb.capacity, "seconds", g.cfg.Now().Sub(start).Seconds(), "failed_before", fl.failed)
 	fl.failed, fl.failedErr, fl.rebuildAfter = 0, "", time.Time{}
+}
+
+// followGenerations swaps in each newer generation the feed publishes,
+// one at a time, beside the stream; one that cannot be swapped in ends the
+// stream (errSwapFailed), and Follow loads it as at a start.
+func (fl *follower) followGenerations(ctx context.Context, gens Generations) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-gens.Newer():
+		}
+		if err := fl.swapGeneration(ctx, gens); err != nil && ctx.Err() == nil {
+			fl.mu.Lock()
+			fl.failSwapLocked(fl.swap, err)
+			fl.mu.Unlock()
+			return
+		}
+	}
+}
+
+// swapGeneration loads the newer generation's snapshot while the serving
+// filter goes on answering and following the stream, catches it up to the
+// serving filter's position, and swaps it in there (swapLocked). Neither
+// filter ever misses a transaction the stream applied: the serving one gets
+// every one as before; the newer one holds those up to its snapshot's
+// position, then gets the rest from CatchUp (the same log, read a second
+// time) up to where the stream is, or, when its snapshot is ahead of the
+// stream, the stream reaches it. The view's one atomic store then switches
+// readers from a filter holding every transaction up to P to another holding
+// every transaction up to P.
+func (fl *follower) swapGeneration(ctx context.Context, gens Generations) error {
+	g := fl.g
+	start := g.cfg.Now()
+	var nf Filter
+	var pos changefeed.Position
+	gen, err := gens.LoadNewer(ctx, func(r io.Reader) error {
+		var err error
+		nf, pos, err = readSnapshot(r, fl.cfg.Identity, fl.cfg.MaxSnapshotBytes)
+		return err
+	})
+	if err != nil {
+		g.m.observeBuild("snapshot", g.cfg.Now().Sub(start), err)
+		return fmt.Errorf("loading generation %d: %w", gen, err)
+	}
+	if nf == nil {
+		return nil // nothing newer than what serves
+	}
+	g.m.observeBuild("snapshot", g.cfg.Now().Sub(start), nil)
+	if seed := g.view.Load().seed; nf.Seed() != seed {
+		return fmt.Errorf("generation %d hashes with another seed than the serving filter", gen)
+	}
+	fl.mu.Lock()
+	g.cfg.Logger.Info("bloomgate: swapping in a newer filter beside the serving one", "generation", gen,
+		"snapshot_position", pos, "serving_position", fl.pos)
+	sw := &feedSwap{nf: nf, pos: pos, gen: gen, from: pos, start: start}
+	fl.swap = sw
+	if pos >= fl.pos {
+		if pos == fl.pos {
+			fl.swapLocked(sw)
+		}
+		fl.mu.Unlock() // else apply swaps it in when the stream reaches pos
+		return nil
+	}
+	fl.mu.Unlock()
+	err = gens.CatchUp(ctx, pos, func(t changefeed.Txn) error { return fl.catchUp(sw, t) })
+	if errors.Is(err, errSwapped) || ctx.Err() != nil {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("the catch-up ended")
+	}
+	return fmt.Errorf("catching generation %d up from %v: %w", gen, pos, err)
+}
+
+// catchUp applies a transaction from the catch-up to sw's filter, and swaps
+// it in once it reaches the serving filter's position.
+func (fl *follower) catchUp(sw *feedSwap, t changefeed.Txn) error {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	switch {
+	case fl.swap != sw:
+		return errSwapped // replaced or dropped
+	case t.End > fl.pos:
+		return fmt.Errorf("the catch-up went from %v to %v, past the serving filter's position %v", sw.pos, t.End, fl.pos)
+	}
+	fl.applyTo(sw.nf, fl.hashTxn(t), false)
+	sw.pos = t.End
+	if sw.pos == fl.pos {
+		fl.swapLocked(sw)
+		return errSwapped
+	}
+	return nil
+}
+
+// swapLocked makes sw's filter, which holds exactly the transactions the
+// serving one holds (up to fl.pos), the serving filter. fl.mu is held.
+func (fl *follower) swapLocked(sw *feedSwap) {
+	g := fl.g
+	fl.swap = nil
+	if sw.refused {
+		fl.failSwapLocked(sw, errors.New("the newer filter refused a key"))
+		return
+	}
+	g.mu.Lock()
+	fl.publishLocked(sw.nf, capacityOf(sw.nf), sw.gen)
+	g.noteSwapLocked()
+	g.mu.Unlock()
+	if gens, ok := fl.feed.(Generations); ok {
+		gens.Swapped(fl.pos, sw.gen)
+	}
+	g.cfg.Logger.Info("bloomgate: swapped in the newer filter", "generation", sw.gen, "position", fl.pos,
+		"snapshot_position", sw.from, "capacity", capacityOf(sw.nf), "seconds", g.cfg.Now().Sub(sw.start).Seconds())
+}
+
+// failSwapLocked drops sw and ends the stream: Follow loads the newest
+// snapshot as at a start. fl.mu is held.
+func (fl *follower) failSwapLocked(sw *feedSwap, err error) {
+	if fl.swap == sw {
+		fl.swap = nil
+	}
+	if fl.swapFailed != nil {
+		fl.g.cfg.Logger.Warn("bloomgate: the newer filter could not be swapped in beside the stream; failing open to load it", "err", err)
+		fl.swapFailed(fmt.Errorf("%w: %w", errSwapFailed, err))
+	}
 }
 
 // rebuildFailedLocked notes a failed rebuild: the next one waits a backoff

@@ -220,6 +220,7 @@ type view struct {
 	// reached f through Add, rows deleted earlier may be missing from it.
 	snapshotAt time.Time
 	builtAt    time.Time
+	gen        uint64 // f's generation (Stats.Generation)
 }
 
 // degradeOwner says who made the gate fail open, and so who may end it.
@@ -544,6 +545,12 @@ func (g *Gate) publishLocked(nv *view) {
 	}
 }
 
+// noteSwapLocked counts a filter that replaced a serving one. g.mu is held.
+func (g *Gate) noteSwapLocked() {
+	g.m.swaps.Add(1)
+	g.m.lastSwap.Store(g.cfg.Now().UnixNano())
+}
+
 // Close unregisters the metrics and makes further Add and Remove fail with
 // ErrClosed. From then on every lookup fails open ("maybe present"): a row an
 // application still inserts cannot reach the filter. Close is idempotent.
@@ -602,6 +609,14 @@ type Stats struct {
 	// the table (Config.Audit), AuditFalseNegatives those it found a row
 	// for: 0 of AuditSamples is the figure a dashboard shows.
 	AuditSamples, AuditFalseNegatives uint64
+	// Generation numbers the serving filter: for a gate that builds its
+	// own filters, the count of builds when it was published; for a
+	// fan-out instance, the feeder's generation of the filter it loaded.
+	// Swaps counts the filters that replaced a serving one without failing
+	// open (a rebuild's, a newer generation's), and LastSwap is when the
+	// last of them did (zero: none yet).
+	Generation, Swaps uint64
+	LastSwap          time.Time
 	// Filter describes the serving filter (zero while warming).
 	Filter filter.Stats
 }
@@ -617,6 +632,10 @@ func (g *Gate) Stats() Stats {
 		s.ObservedFPRate = float64(s.EmptyFetches) / float64(d)
 	}
 	s.Builds = g.m.builds.Load()
+	s.Generation, s.Swaps = v.gen, g.m.swaps.Load()
+	if ns := g.m.lastSwap.Load(); ns != 0 {
+		s.LastSwap = time.Unix(0, ns)
+	}
 	s.FeedPosition, s.FeedLag, s.Snapshots = g.m.feedPosition.Load(), time.Duration(g.m.feedLag.Load()), g.m.snapshots.Load()
 	s.AuditSamples, s.AuditFalseNegatives = g.m.auditSamples.Load(), g.m.auditFalseNegatives.Load()
 	for i := range g.m.feedErrors {

@@ -19,6 +19,8 @@ type metrics struct {
 	removes      atomic.Uint64
 	removeMisses atomic.Uint64
 	builds       atomic.Uint64
+	swaps        atomic.Uint64
+	lastSwap     atomic.Int64  // Unix nanoseconds of the last swap; 0: none
 	feedPosition atomic.Uint64 // changefeed.Position applied (Follow)
 	feedLag      atomic.Int64  // time.Duration behind the feed (Follow)
 	snapshots    atomic.Uint64

@@ -103,8 +103,17 @@ type Instance struct {
 	head      polledHead              // what Head and HeadAge report
 	skipLocal bool                    // the local snapshot led to a gap
 	loadErr   error                   // why the last Load found nothing usable
-	gen       uint64                  // the generation of the filter loaded
+	gen       uint64                  // the generation of the filter served
 	restart   context.CancelCauseFunc // ends the running Stream
+	// Swaps beside the stream (bloomgate.Generations): swaps is set once
+	// Follow asks for Newer; newer signals a newer record; next is where
+	// the catch-up of the generation LoadNewer loaded reads from.
+	swaps    bool
+	newer    chan struct{}
+	signaled uint64 // the newest generation signalled (logged once)
+	next     start
+	nextPos  changefeed.Position
+	hasNext  bool
 }
 
 // pollID names one read of the database's head by a feeder.
@@ -151,6 +160,7 @@ type start struct {
 var (
 	_ bloomgate.Feed        = (*Instance)(nil)
 	_ bloomgate.RelayedHead = (*Instance)(nil)
+	_ bloomgate.Generations = (*Instance)(nil)
 )
 
 // NewInstance returns the instance side of the set b describes. Adapters
@@ -163,7 +173,7 @@ func NewInstance(b Backend, cfg InstanceConfig) (*Instance, error) {
 		return nil, fmt.Errorf("%w: negative HeadTimeout", ErrInvalidConfig)
 	}
 	defaults.Set(&cfg.HeadTimeout, DefaultHeadTimeout)
-	return &Instance{b: b, cfg: cfg, marks: map[changefeed.Position]start{}}, nil
+	return &Instance{b: b, cfg: cfg, marks: map[changefeed.Position]start{}, newer: make(chan struct{}, 1)}, nil
 }
 
 // Snapshots returns the store for FollowConfig.Snapshots: Load tries the
@@ -268,7 +278,6 @@ func (in *Instance) Stream(ctx context.Context, from changefeed.Position, apply 
 	if !ok {
 		return fmt.Errorf("%w: no log cursor known for position %v", ErrGap, from)
 	}
-	pos, term, prev := from, st.term, st.cur
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	in.mu.Lock()
@@ -292,7 +301,30 @@ func (in *Instance) Stream(ctx context.Context, from changefeed.Position, apply 
 			}
 		}
 	})
-	err := in.b.Log.Read(sctx, st.cur, func(e Entry) error {
+	err := in.read(sctx, st, from, apply, true)
+	if ctx.Err() == nil && errors.Is(context.Cause(sctx), errNewFilter) {
+		return errNewFilter
+	}
+	if errors.Is(err, ErrGap) && st.local {
+		in.mu.Lock()
+		in.skipLocal = true
+		in.mu.Unlock()
+	}
+	return err
+}
+
+// read applies the log's transactions after from, read after st's cursor,
+// checking each batch (decoding, MAC, term, heartbeat cover, continuity),
+// until ctx is done, apply fails or a gap. With marks, it remembers each
+// position's cursor (the running Stream's, for local snapshots).
+func (in *Instance) read(ctx context.Context, st start, from changefeed.Position, apply func(changefeed.Txn) error, marks bool) error {
+	pos, term, prev := from, st.term, st.cur
+	mark := func(pos changefeed.Position, s start) {
+		if marks {
+			in.mark(pos, s)
+		}
+	}
+	return in.b.Log.Read(ctx, st.cur, func(e Entry) error {
 		b, err := DecodeBatch(e.Data, in.b.Key)
 		if err != nil {
 			return fmt.Errorf("%w: entry %s: %w", ErrGap, e.Cursor, err)
@@ -311,9 +343,9 @@ func (in *Instance) Stream(ctx context.Context, from changefeed.Position, apply 
 			// Marked before apply: a snapshot of the gate at t.End may be
 			// saved (beside the stream) as soon as apply returns.
 			if i < len(txns)-1 {
-				in.mark(t.End, start{prev, term, 0, false})
+				mark(t.End, start{prev, term, 0, false})
 			} else {
-				in.mark(t.End, start{e.Cursor, b.Term, 0, false})
+				mark(t.End, start{e.Cursor, b.Term, 0, false})
 			}
 			if err := apply(t); err != nil {
 				return err
@@ -321,18 +353,74 @@ func (in *Instance) Stream(ctx context.Context, from changefeed.Position, apply 
 			pos = t.End
 		}
 		term, prev = b.Term, e.Cursor
-		in.mark(b.End(), start{e.Cursor, b.Term, 0, false})
+		mark(b.End(), start{e.Cursor, b.Term, 0, false})
 		return nil
 	})
-	if ctx.Err() == nil && errors.Is(context.Cause(sctx), errNewFilter) {
-		return errNewFilter
+}
+
+// Newer implements bloomgate.Generations: it receives when the newest
+// snapshot record is of a newer filter than the one served. Once Follow has
+// asked for it, a newer record no longer ends the Stream: Follow swaps the
+// newer filter in beside it.
+func (in *Instance) Newer() <-chan struct{} {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.swaps = true
+	return in.newer
+}
+
+// LoadNewer implements bloomgate.Generations: it calls try with the
+// feeder's newest snapshot if its generation is newer than the one served,
+// and remembers where the log continues after it, for CatchUp.
+func (in *Instance) LoadNewer(ctx context.Context, try func(r io.Reader) error) (uint64, error) {
+	ss := snapshots{b: &in.b}
+	recs, _, err := ss.records(ctx)
+	if err != nil {
+		return 0, err
 	}
-	if errors.Is(err, ErrGap) && st.local {
-		in.mu.Lock()
-		in.skipLocal = true
-		in.mu.Unlock()
+	in.mu.Lock()
+	served := in.gen
+	in.mu.Unlock()
+	if len(recs) == 0 || recs[0].Gen <= served {
+		return 0, nil
 	}
-	return err
+	r := recs[0]
+	if err := ss.loadRecord(ctx, r, try); err != nil {
+		return r.Gen, fmt.Errorf("%s: %w", r.Object, err)
+	}
+	in.mu.Lock()
+	in.next, in.nextPos, in.hasNext = start{r.Cursor, r.Term, r.Gen, false}, r.Position, true
+	in.mu.Unlock()
+	return r.Gen, nil
+}
+
+// CatchUp implements bloomgate.Generations: it applies the log after from,
+// the position of the snapshot LoadNewer loaded, with every check Stream
+// makes, beside the running Stream.
+func (in *Instance) CatchUp(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error {
+	in.mu.Lock()
+	st, ok := in.next, in.hasNext && in.nextPos == from
+	in.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: no log cursor known for the newer snapshot at %v", ErrGap, from)
+	}
+	return in.read(ctx, st, from, apply, false)
+}
+
+// Swapped implements bloomgate.Generations: generation gen serves from pos
+// on.
+func (in *Instance) Swapped(pos changefeed.Position, gen uint64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.gen = max(in.gen, gen)
+	in.hasNext = false
+}
+
+// Generation returns the feeder's generation of the filter served.
+func (in *Instance) Generation() uint64 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.gen
 }
 
 // mark remembers where to read after pos (for a local snapshot taken
@@ -495,7 +583,18 @@ func (in *Instance) checkFilter(ctx context.Context) {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if r.Gen > in.gen && in.restart != nil {
+	switch {
+	case r.Gen <= in.gen:
+	case in.swaps:
+		if r.Gen > in.signaled {
+			in.signaled = r.Gen
+			in.b.Logger.Info("bloomgate: fan-out instance swaps in the feeder's newer filter", "set", in.b.Name, "generation", r.Gen, "position", r.Position)
+		}
+		select {
+		case in.newer <- struct{}{}:
+		default:
+		}
+	case in.restart != nil:
 		in.b.Logger.Info("bloomgate: fan-out instance loads the feeder's newer filter", "set", in.b.Name, "generation", r.Gen, "position", r.Position)
 		in.restart(errNewFilter)
 		in.restart = nil

@@ -534,3 +534,134 @@ func TestRedisConformance(t *testing.T) {
 		return set.Backend()
 	})
 }
+
+// TestRedisGrowthWithoutBurst: a table growing 4× (5 k to 20 k rows in
+// 100-row transactions, about 500 rows a second) under a feeder and two
+// running instances. The feeder rebuilds as the table grows, and every
+// instance swaps to each new generation without failing open: lookups of
+// never-inserted keys, sampled all along on every instance, are never
+// answered "maybe" for want of a ready filter (the gates' fail-open
+// counters stay where they were, and Ready never reads false), the rate
+// of every sample stays within twice the target, every instance ends on the
+// feeder's last generation, and no inserted row is ever absent.
+func TestRedisGrowthWithoutBurst(t *testing.T) {
+	testsvc.Short(t, "a table growing 4× under running instances")
+	const fpRate = 0.01
+	set, _, _ := openSet(t)
+	pg := fanouttest.NewPG(t, 5000)
+	gcfg := bloomgate.Config{Source: pg.Source, FPRate: fpRate, CheckInterval: 100 * time.Millisecond}
+	fg, err := bloomgate.New(gcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := set.NewFeeder(redisstream.FeederConfig{Feed: pg.Feed(t), Gate: fg, HeartbeatInterval: testHeartbeat,
+		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Hour, MaxLag: testMaxLag, MinCapacity: 4096}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; fg.Close() })
+	var insts []*bloomgate.Gate
+	var logs lockedBuffer
+	for range 2 {
+		icfg := gcfg
+		icfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		g, err := bloomgate.New(icfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := set.NewInstance(redisstream.InstanceConfig{HeadTimeout: 10 * testHeartbeat})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ictx, icancel := context.WithCancel(context.Background())
+		idone := make(chan struct{})
+		go func() {
+			g.Follow(ictx, in, bloomgate.FollowConfig{Identity: "users.email", Snapshots: in.Snapshots(), MaxLag: testMaxLag, SnapshotInterval: time.Hour})
+			close(idone)
+		}()
+		t.Cleanup(func() { icancel(); <-idone; g.Close() })
+		testsvc.Eventually(t, 30*time.Second, g.Ready, "instance ready")
+		insts = append(insts, g)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	}()
+
+	// Sample every instance until the writes are applied everywhere.
+	type tally struct {
+		samples, notReady int
+		maxFP             float64
+		failOpen0         uint64
+	}
+	tallies := make([]tally, len(insts))
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	const perSample = 4000
+	for i, g := range insts {
+		tallies[i].failOpen0 = g.Stats().FailOpen
+		wg.Go(func() {
+			tl := &tallies[i]
+			for round := 0; !stop.Load(); round++ {
+				tl.samples++
+				if !g.Ready() {
+					tl.notReady++
+				}
+				pos := 0
+				for j := range perSample {
+					if g.MayContain([]byte(fmt.Sprintf("never-%d-%d-%d@y", i, round, j))) {
+						pos++
+					}
+				}
+				tl.maxFP = max(tl.maxFP, float64(pos)/perSample)
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	var tok changefeed.Position
+	for step := range 150 {
+		if tok, err = pg.InsertMany(context.Background(), fmt.Sprintf("g%d-", step), 100); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for i, g := range insts {
+		testsvc.Eventually(t, 30*time.Second, func() bool { return g.Position() >= tok }, "instance %d applies the writes", i)
+		testsvc.Eventually(t, 30*time.Second, func() bool { return g.Stats().Generation == fg.Stats().Generation },
+			"instance %d serves the feeder's generation %d", i, fg.Stats().Generation)
+	}
+	stop.Store(true)
+	wg.Wait()
+	fst := fg.Stats()
+	for i, g := range insts {
+		st := g.Stats()
+		tl := tallies[i]
+		t.Logf("instance %d: %d samples, not ready in %d, fail-open lookups %d, max FP %.4f (target %.4f); generation %d, swaps %d, capacity %d, items %d",
+			i, tl.samples, tl.notReady, st.FailOpen-tl.failOpen0, tl.maxFP, fpRate, st.Generation, st.Swaps, st.Filter.Capacity, st.Filter.Items)
+		if tl.notReady > 0 || st.FailOpen != tl.failOpen0 {
+			t.Errorf("instance %d: not ready in %d of %d samples, %d lookups failed open during the growth", i, tl.notReady, tl.samples, st.FailOpen-tl.failOpen0)
+		}
+		if tl.maxFP > 2*fpRate {
+			t.Errorf("instance %d: a sample's FP %.4f, above 2× the target %.4f", i, tl.maxFP, fpRate)
+		}
+		fn := 0
+		for step := range 150 {
+			for j := range 100 {
+				if !g.MayContain([]byte(fmt.Sprintf("g%d-%d@x", step, j))) {
+					fn++
+				}
+			}
+		}
+		if fn > 0 {
+			t.Errorf("instance %d: %d false negatives", i, fn)
+		}
+	}
+	t.Logf("feeder: %d builds, capacity %d, items %d", fst.Builds, fst.Filter.Capacity, fst.Filter.Items)
+	if fst.Builds < 2 {
+		t.Errorf("the feeder built %d filters; the test wants it to rebuild as the table grows", fst.Builds)
+	}
+}
