@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
 
@@ -154,4 +156,139 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return string(s.b)
+}
+
+// TestFollowGrowthWithoutBurst: a table growing 4× (50 k to 200 k rows, in
+// 1000-row transactions) under a following gate, for Bloom and cuckoo.
+// Every growth rebuild is built while the old filter serves and swapped in
+// at one position, so from the first readiness to the end of the writes
+// no lookup fails open (the fail-open counter stays where it was, Ready
+// never reads false), the rate of never-inserted keys in every sample of
+// 4000 stays within twice the target, and no applied row is ever absent,
+// looked up all along.
+func TestFollowGrowthWithoutBurst(t *testing.T) {
+	rows, start := 200_000, 50_000
+	if raceEnabled {
+		rows, start = 20_000, 5_000
+	}
+	for _, kind := range []struct {
+		name      string
+		newFilter func(uint64, float64, uint64) (bloomgate.Filter, error)
+	}{{"bloom", bloomgate.NewBloom}, {"cuckoo", bloomgate.NewCuckoo}} {
+		t.Run(kind.name, func(t *testing.T) { growthWithoutBurst(t, start, rows, kind.newFilter) })
+	}
+}
+
+func growthWithoutBurst(t *testing.T, start, rows int, newFilter func(uint64, float64, uint64) (bloomgate.Filter, error)) {
+	fx := newFeedFixture(t, "")
+	const fpRate = 0.01
+	const batch = 1000
+	fx.exec(t, "INSERT INTO "+fx.table+" (email) SELECT 'k'||g||'@example.com' FROM generate_series(0, $1::int - 1) g", start)
+	var logs syncBuffer
+	g, err := bloomgate.New(bloomgate.Config{NewFilter: newFilter, FPRate: fpRate, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	defer func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- g.Follow(ctx, fx.feed(t), bloomgate.FollowConfig{MinCapacity: uint64(start / 4)})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Follow: %v", err)
+		}
+	}()
+	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+	defer wcancel()
+	if err := g.WaitReady(wctx); err != nil {
+		t.Fatal(err)
+	}
+	failOpen0 := g.Stats().FailOpen
+
+	var stop atomic.Bool
+	var samples, notReady, fns atomic.Int64
+	var maxFP atomic.Uint64 // math.Float64bits; rates are positive, so bits order as floats
+	// Rows k0 … k(n-1) are committed at or before ends[n]: present once the
+	// gate's position passes it.
+	var mu sync.Mutex
+	ends := map[int]changefeed.Position{start: 0}
+	applied := func() int {
+		pos := g.Position()
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for k, e := range ends {
+			if e <= pos && k > n {
+				n = k
+			}
+		}
+		return n
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		const perSample = 4000
+		for round := 0; !stop.Load(); round++ {
+			samples.Add(1)
+			if !g.Ready() {
+				notReady.Add(1)
+			}
+			pos := 0
+			for i := range perSample {
+				if g.MayContainString(fmt.Sprintf("absent-%d-%d@example.com", round, i)) {
+					pos++
+				}
+			}
+			fp := float64(pos) / perSample
+			for {
+				old := maxFP.Load()
+				if fp <= math.Float64frombits(old) || maxFP.CompareAndSwap(old, math.Float64bits(fp)) {
+					break
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	wg.Go(func() {
+		for !stop.Load() {
+			for i := range applied() {
+				if !g.MayContainString(fmt.Sprintf("k%d@example.com", i)) {
+					if fns.Add(1) <= 5 {
+						t.Errorf("false negative: k%d@example.com", i)
+					}
+				}
+			}
+		}
+	})
+	for i := start; i < rows; i += batch {
+		fx.exec(t, "INSERT INTO "+fx.table+" (email) SELECT 'k'||g||'@example.com' FROM generate_series($1::int, $2::int) g", i, i+batch-1)
+		end := fx.walEnd(t)
+		mu.Lock()
+		ends[i+batch] = end
+		mu.Unlock()
+	}
+	final := fx.walEnd(t)
+	testsvc.Eventually(t, 2*time.Minute, func() bool { return g.Position() >= final }, "the gate did not apply the writes")
+	stop.Store(true)
+	wg.Wait()
+	st := g.Stats()
+	fp := math.Float64frombits(maxFP.Load())
+	t.Logf("%d → %d rows: %d samples, not ready in %d, fail-open lookups %d, max FP %.4f (target %g); %d false negatives; generation %d, %d swaps, capacity %d, items %d",
+		start, rows, samples.Load(), notReady.Load(), st.FailOpen-failOpen0, fp, fpRate, fns.Load(), st.Generation, st.Swaps, st.Filter.Capacity, st.Filter.Items)
+	if notReady.Load() > 0 || st.FailOpen != failOpen0 {
+		t.Errorf("not ready in %d of %d samples, %d lookups failed open while the table grew", notReady.Load(), samples.Load(), st.FailOpen-failOpen0)
+	}
+	if fp > 2*fpRate {
+		t.Errorf("a sample's false-positive rate %.4f, above 2× the target %g", fp, fpRate)
+	}
+	if st.Swaps < 1 {
+		t.Errorf("%d swaps: the test wants the table to outgrow its filter", st.Swaps)
+	}
 }
