@@ -27,9 +27,10 @@ import (
 // Stream retries on its own (it then appears in State's reason), and
 // SnapshotOnly() bool, when true, says the feed's filters come only from
 // FollowConfig.Snapshots (a fan-out instance: its Rebuild always fails), so
-// Follow never starts a rebuild of its own; the feed ends its Stream when a
-// newer filter is there to load. A Feed whose head was read by another
-// process implements RelayedHead.
+// Follow never starts a rebuild of its own; such a feed implements
+// Generations, so that Follow swaps each newer filter in beside the stream,
+// or else ends its Stream when a newer filter is there to load. A Feed whose
+// head was read by another process implements RelayedHead.
 type Feed interface {
 	// Bootstrap starts the feed afresh: it calls fn for every key of the
 	// table at one consistent point and returns that point. Stream from it

@@ -78,10 +78,13 @@ const DefaultHeadTimeout = 5 * time.Second
 //   - Follows the feeder's rebuilds: each snapshot record carries the
 //     generation of its filter (one more with every bootstrap or rebuild of
 //     the feeder's gate). A running Stream reads the record every half
-//     second (Head reads it too); when it is of a newer generation the
-//     Stream ends, and Follow fails open briefly and loads the new filter:
+//     second (Head reads it too); when it is of a newer generation, Follow
+//     (through bloomgate.Generations: Newer, LoadNewer, CatchUp, Swapped)
+//     loads it while the old filter serves, catches it up from the log to
+//     the old one's position and swaps it in there, never failing open:
 //     an instance's false-positive rate follows the feeder's while it
-//     runs, without a restart.
+//     runs, without a restart. A caller that never asks for Newer sees the
+//     Stream end instead, and reloads.
 //
 // Bootstrap and Rebuild return ErrSnapshotOnly, and SnapshotOnly reports
 // true, so Follow never starts a rebuild: instances never scan the
