@@ -830,14 +830,16 @@ func (fl *follower) apply(t changefeed.Txn) error {
 	prev := fl.pos
 	fl.pos = t.End
 	fl.applied++
-	if sw := fl.swap; sw != nil && sw.pos > prev {
-		// The newer generation is ahead of the stream: it holds t already.
-		switch {
-		case sw.pos == fl.pos:
-			fl.swapLocked(sw)
-		case sw.pos < fl.pos:
-			fl.failSwapLocked(sw, fmt.Errorf("the stream went from %v to %v, past the newer filter's position %v", prev, fl.pos, sw.pos))
+	if sw := fl.swap; sw != nil && sw.pos > prev && sw.pos <= fl.pos {
+		// The newer generation was ahead of the stream, which has reached
+		// it: sw holds every transaction ending at or before sw.pos, and
+		// t is the first ending after prev, so sw holds everything before
+		// t, and t too unless t ends beyond sw.pos.
+		if sw.pos < fl.pos {
+			fl.applyTo(sw.nf, ht, false)
+			sw.pos = fl.pos
 		}
+		fl.swapLocked(sw)
 	}
 	now := g.cfg.Now()
 	fl.updateLocked(now, false)
@@ -1215,11 +1217,14 @@ func (fl *follower) swapGeneration(ctx context.Context, gens Generations) error 
 func (fl *follower) catchUp(sw *feedSwap, t changefeed.Txn) error {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
-	switch {
-	case fl.swap != sw:
+	if fl.swap != sw {
 		return errSwapped // replaced or dropped
-	case t.End > fl.pos:
-		return fmt.Errorf("the catch-up went from %v to %v, past the serving filter's position %v", sw.pos, t.End, fl.pos)
+	}
+	if t.End > fl.pos {
+		// No transaction ends between sw.pos and the serving filter's
+		// position (t is the first after sw.pos): both hold the same ones.
+		fl.swapLocked(sw)
+		return errSwapped
 	}
 	fl.applyTo(sw.nf, fl.hashTxn(t), false)
 	sw.pos = t.End
