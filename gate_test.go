@@ -574,7 +574,14 @@ bloomgate_state{state="degraded"} 0
 bloomgate_state{state="ready"} 1
 bloomgate_state{state="rebuilding"} 0
 bloomgate_state{state="warming"} 0
-`), "bloomgate_fail_open_total", "bloomgate_lookups_total", "bloomgate_filter_items", "bloomgate_state"); err != nil {
+# HELP bloomgate_filter_generation Generation of the serving filter: the count of builds that produced it, or, on a fan-out instance, the feeder's generation.
+# TYPE bloomgate_filter_generation gauge
+bloomgate_filter_generation 1
+# HELP bloomgate_swaps_total Filters that replaced a serving one without failing open (rebuilds, newer generations).
+# TYPE bloomgate_swaps_total counter
+bloomgate_swaps_total 0
+`), "bloomgate_fail_open_total", "bloomgate_lookups_total", "bloomgate_filter_items", "bloomgate_state",
+		"bloomgate_filter_generation", "bloomgate_swaps_total"); err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(reg, "bloomgate_builds_total"); n != 1 {

@@ -92,6 +92,9 @@ var (
 	descFeedErrors   = desc("feed_errors_total", "Change-feed failures that made Follow fail open and restart, by cause (setup, timeout, rebuild, other).", "cause")
 	descAuditSamples = desc("audit_samples_total", "'Absent' answers the self-audit checked against the table.")
 	descAuditFN      = desc("audit_false_negatives_total", "Audited 'absent' answers whose row the table held: false negatives.")
+	descGeneration   = desc("filter_generation", "Generation of the serving filter: the count of builds that produced it, or, on a fan-out instance, the feeder's generation.")
+	descSwaps        = desc("swaps_total", "Filters that replaced a serving one without failing open (rebuilds, newer generations).")
+	descLastSwap     = desc("last_swap_timestamp_seconds", "Unix time of the last swap; 0 before the first.")
 )
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -112,7 +115,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLookups, descAbsent, descFailOpen, descFetches, descEmpty, descAdds,
 		descRemoves, descRemoveMisses, descObservedFP, descEstimatedFP, descConfiguredFP, descItems, descDistinct,
 		descFill, descBytes, descCapacity, descState, descUnapplied, descJournal, descFeedPosition, descFeedLag,
-		descSnapshots, descFeedErrors, descAuditSamples, descAuditFN} {
+		descSnapshots, descFeedErrors, descAuditSamples, descAuditFN, descGeneration, descSwaps, descLastSwap} {
 		ch <- d
 	}
 	seconds, total := c.m.vecs()
@@ -160,6 +163,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descAuditSamples, s.AuditSamples)
 	counter(descAuditFN, s.AuditFalseNegatives)
+	gauge(descGeneration, float64(s.Generation))
+	counter(descSwaps, s.Swaps)
+	last := 0.0
+	if !s.LastSwap.IsZero() {
+		last = float64(s.LastSwap.UnixNano()) / 1e9
+	}
+	gauge(descLastSwap, last)
 	for st := StateWarming; st <= StateDegraded; st++ {
 		v := 0.0
 		if st == s.State {
