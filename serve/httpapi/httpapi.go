@@ -41,6 +41,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -124,6 +125,14 @@ type SetInfo struct {
 	TargetFPRate float64 `json:"target_fp_rate,omitempty"`
 	FillRatio    float64 `json:"fill_ratio,omitempty"`
 	Builds       uint64  `json:"builds,omitempty"`
+	// EstimatedFPRate is the rate estimated from the filter's fill;
+	// Generation the serving filter's (on a fan-out instance, the
+	// feeder's); Swaps the filters that replaced a serving one without
+	// failing open, and LastSwap (RFC 3339) when the last did.
+	EstimatedFPRate float64 `json:"estimated_fp_rate,omitempty"`
+	Generation      uint64  `json:"generation,omitempty"`
+	Swaps           uint64  `json:"swaps,omitempty"`
+	LastSwap        string  `json:"last_swap,omitempty"`
 	// Expiring describes an expiring key (kind "expiring").
 	Expiring *ExpiringInfo `json:"expiring,omitempty"`
 }
@@ -257,6 +266,14 @@ type SetReadiness struct {
 	LagSeconds float64 `json:"lag_seconds"`
 }
 
+// rfc3339 formats t, or "" for the zero time.
+func rfc3339(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
 func readiness(s *serve.Set) SetReadiness {
 	st := s.Status()
 	return SetReadiness{Ready: st.Ready, Mode: st.Mode.String(), Role: st.Role.String(), State: st.State.String(),
@@ -314,6 +331,7 @@ func (a *api) info(name string) (SetInfo, bool) {
 			ObservedFP: st.EmptyFetches, ObservedFPRate: st.ObservedFPRate, HasConfirm: s.HasConfirm(),
 			Mode: rd.Mode, Role: rd.Role, Position: rd.Position, LagSeconds: rd.LagSeconds,
 			TargetFPRate: st.ConfiguredFPRate, FillRatio: st.Filter.FillRatio, Builds: st.Builds,
+			EstimatedFPRate: st.Filter.EstimatedFPRate, Generation: st.Generation, Swaps: st.Swaps, LastSwap: rfc3339(st.LastSwap),
 		}, true
 	}
 	all, err := a.store.Info(name)

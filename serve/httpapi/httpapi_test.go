@@ -113,6 +113,7 @@ func TestHTTPAPI(t *testing.T) {
 		{"GET", "/v1/sets/users", "", 200, `"position":"0/0"`},
 		{"GET", "/v1/sets/users", "", 200, `"target_fp_rate":0.001`},
 		{"GET", "/v1/sets/users", "", 200, `"builds":1`},
+		{"GET", "/v1/sets/users", "", 200, `"generation":1`},
 		{"DELETE", "/v1/sets/users", "", 403, `"code":"read_only"`},
 		{"DELETE", "/v1/sets/f", "", 200, `"deleted":true`},
 		{"GET", "/v1/sets/f", "", 404, `"code":"not_found"`},
