@@ -96,7 +96,11 @@ func openKeeper(ctx context.Context, s *SetConfig, src *openedSource, sc serve.S
 		// read up to a heartbeat earlier, and a dead feeder's stays put, so
 		// an instance that marks it "now" overstates its freshness by the
 		// heartbeat's age (up to HeadTimeout, 5 s, during a takeover).
-		k.instance = dbHead{Feed: k.instance, db: feed}
+		dh := dbHead{Feed: k.instance, db: feed}
+		k.instance = dh
+		if gens, ok := dh.Feed.(instanceGenerations); ok {
+			k.instance = dbHeadGenerations{dh, gens}
+		}
 	}
 	return k, closers, nil
 }
@@ -148,6 +152,20 @@ func (d dbHead) Head(ctx context.Context) (changefeed.Position, error) { return 
 func (d dbHead) SnapshotOnly() bool {
 	so, ok := d.Feed.(interface{ SnapshotOnly() bool })
 	return ok && so.SnapshotOnly()
+}
+
+// instanceGenerations is a fan-out instance's: the feeder's newer filters,
+// swapped in beside the stream, and the generation served.
+type instanceGenerations interface {
+	bloomgate.Generations
+	Generation() uint64
+}
+
+// dbHeadGenerations is a dbHead that keeps its instance's Generations, so
+// that Follow swaps in the feeder's newer filters without failing open.
+type dbHeadGenerations struct {
+	dbHead
+	instanceGenerations
 }
 
 // timeoutHint turns a deadline error into one that says which bound hit.
