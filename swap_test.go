@@ -368,3 +368,47 @@ func followFeed(t *testing.T, feed bloomgate.Feed, gcfg bloomgate.Config, fcfg b
 		})
 	}
 }
+
+// TestGenerationSwapFallsBack: a newer generation that cannot be swapped in
+// beside the stream (its filter hashes with another seed: a feeder that
+// started afresh) is loaded as at a start instead: the instance fails open
+// for the moment, then serves it, and no live key is ever absent.
+func TestGenerationSwapFallsBack(t *testing.T) {
+	mf := newMemFeed()
+	for i := range 500 {
+		mf.rows[fmt.Sprintf("pre%d", i)]++
+	}
+	gf := newGenFeed(mf)
+	gf.at = func() changefeed.Position { return 0 }
+	cfg := bloomgate.Config{FPRate: 0.01}
+	_, stopFeeder := follow(t, mf, cfg, bloomgate.FollowConfig{Snapshots: feederStore{gf}, SnapshotInterval: 1})
+	waitFor(t, func() bool { gf.mu.Lock(); defer gf.mu.Unlock(); return gf.snap.data != nil })
+	inst, stopInst := followFeed(t, gf, cfg, bloomgate.FollowConfig{Snapshots: instanceStore{gf}})
+	defer stopInst()
+	p := mf.commit([]string{"a", "b"}, nil)
+	waitApplied(t, inst, p)
+	stopFeeder()
+
+	// A new feeder, a new seed.
+	_, stopFeeder2 := follow(t, mf, cfg, bloomgate.FollowConfig{Snapshots: feederStore{gf}, SnapshotInterval: 1})
+	defer stopFeeder2()
+	p = mf.commit([]string{"c"}, nil)
+	var gen uint64
+	waitFor(t, func() bool {
+		gf.mu.Lock()
+		defer gf.mu.Unlock()
+		gen = gf.snap.gen
+		return gf.snap.pos >= p
+	})
+	swaps := inst.Stats().Swaps
+	gf.newer <- struct{}{}
+	waitFor(t, func() bool { return inst.Stats().Generation == gen && inst.Ready() })
+	for _, k := range []string{"pre0", "pre499", "a", "b", "c"} {
+		if !inst.MayContainString(k) {
+			t.Errorf("false negative: %s", k)
+		}
+	}
+	if st := inst.Stats(); st.Swaps != swaps {
+		t.Errorf("swaps %d → %d: the other seed's filter was swapped in beside the stream", swaps, st.Swaps)
+	}
+}
