@@ -25,7 +25,8 @@ import (
 // stays at or above its items), the rate on never-inserted keys stays
 // within 2× the target, no row is ever absent, and no process logs a
 // rebuild of its own (an instance holds no database snapshot to rebuild
-// from) or a snapshot it cannot place in the log.
+// from) or a snapshot it cannot place in the log, and every process swaps
+// each newer filter in beside its stream (never ending it to reload).
 func TestServeFanoutFollowsRebuilds(t *testing.T) {
 	testsvc.Short(t, "starts PostgreSQL, Redis or NATS, and two servers, and grows a table to 240 k rows")
 	for _, engine := range []string{"redis", "jetstream"} {
@@ -187,10 +188,18 @@ func fanoutGrowth(t *testing.T, engine string) {
 	}
 	for i, n := range nodes {
 		log := n.srv.stderr.String()
-		for _, bad := range []string{"rebuild from the change feed failed", "no log cursor known"} {
+		// Newer filters are swapped in beside the stream: never a stream
+		// ended to reload one (failing open meanwhile).
+		for _, bad := range []string{"rebuild from the change feed failed", "no log cursor known",
+			"loads the feeder's newer filter", "could not be swapped in beside the stream"} {
 			if c := strings.Count(log, bad); c > 0 {
 				t.Errorf("serve%d logged %q %d times", i, bad, c)
 			}
+		}
+		if c := strings.Count(log, "swapped in the newer filter"); c == 0 {
+			t.Errorf("serve%d never swapped in a newer filter", i)
+		} else {
+			t.Logf("serve%d swapped in %d newer filters", i, c)
 		}
 	}
 }
