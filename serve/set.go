@@ -93,6 +93,8 @@ type SetStatus struct {
 	// Lag how far it is behind the feed's head.
 	Position changefeed.Position
 	Lag      time.Duration
+	// Generation is the serving filter's (bloomgate.Stats.Generation).
+	Generation uint64
 }
 
 // Errors of read-your-writes lookups.
@@ -259,7 +261,7 @@ func (t *Set) Mode() Mode {
 // the gate's counters (O(filter size)); call it for probes, not per lookup.
 func (t *Set) Status() SetStatus {
 	st := t.gate.Stats()
-	s := SetStatus{Mode: t.Mode(), State: st.State, Reason: st.Reason, Ready: t.gate.Ready()}
+	s := SetStatus{Mode: t.Mode(), State: st.State, Reason: st.Reason, Ready: t.gate.Ready(), Generation: st.Generation}
 	if t.cfg.Keeper != nil {
 		s.Role = t.cfg.Keeper.Role()
 		s.Position, s.Lag = t.gate.Position(), st.FeedLag

@@ -264,6 +264,9 @@ type SetReadiness struct {
 	// rebuild mode); LagSeconds how far it is behind the feed's head.
 	Position   string  `json:"position"`
 	LagSeconds float64 `json:"lag_seconds"`
+	// Generation is the serving filter's: on a fan-out instance, the
+	// feeder's generation it serves.
+	Generation uint64 `json:"generation"`
 }
 
 // rfc3339 formats t, or "" for the zero time.
@@ -277,7 +280,7 @@ func rfc3339(t time.Time) string {
 func readiness(s *serve.Set) SetReadiness {
 	st := s.Status()
 	return SetReadiness{Ready: st.Ready, Mode: st.Mode.String(), Role: st.Role.String(), State: st.State.String(),
-		Reason: st.Reason, Position: st.Position.String(), LagSeconds: st.Lag.Seconds()}
+		Reason: st.Reason, Position: st.Position.String(), LagSeconds: st.Lag.Seconds(), Generation: st.Generation}
 }
 
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {

@@ -85,7 +85,7 @@ func TestHTTPAPI(t *testing.T) {
 	}{
 		{"GET", "/healthz", "", 200, `"ok"`},
 		{"GET", "/readyz", "", 200, `"ready":true`},
-		{"GET", "/readyz", "", 200, `"users":{"lag_seconds":0,"mode":"rebuild","position":"0/0","ready":true,"role":"none","state":"ready"}`},
+		{"GET", "/readyz", "", 200, `"users":{"generation":1,"lag_seconds":0,"mode":"rebuild","position":"0/0","ready":true,"role":"none","state":"ready"}`},
 		{"GET", "/v1/sets/users/contains?key=u7@x&at=0/16B3", "", 409, `"code":"no_position"`},
 		{"GET", "/v1/sets/users/exists?key=u7@x&at=12", "", 200, `"exists":true`}, // rebuild-only: confirmed
 		{"GET", "/v1/sets/users/contains?key=u7@x&at=x/y", "", 400, `"code":"bad_position"`},
