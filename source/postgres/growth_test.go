@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -290,5 +291,13 @@ func growthWithoutBurst(t *testing.T, start, rows int, newFilter func(uint64, fl
 	}
 	if st.Swaps < 1 {
 		t.Errorf("%d swaps: the test wants the table to outgrow its filter", st.Swaps)
+	}
+	// Each rebuild's start and end are logged once.
+	log := logs.String()
+	starts := strings.Count(log, "rebuilding from the change feed")
+	finished := strings.Count(log, "filter rebuilt from the change feed")
+	other := strings.Count(log, "the rebuilt filter filled up") + strings.Count(log, "rebuild from the change feed failed")
+	if uint64(finished) != st.Swaps || starts-finished-other < 0 || starts-finished-other > 1 {
+		t.Errorf("%d rebuilds started, %d ended, %d filled up or failed, %d swaps: want one start and one end logged per rebuild", starts, finished, other, st.Swaps)
 	}
 }
