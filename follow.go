@@ -70,8 +70,8 @@ type RelayedHead interface {
 // loaded (LoadNewer) and caught up (CatchUp) to the serving filter's
 // position; at that position readers switch with one atomic store, and
 // Swapped tells the feed. A swap that cannot complete (a hash seed that
-// differs, a catch-up that does not meet the stream) ends the Stream, and
-// Follow loads the newest snapshot as at a start.
+// differs, a filter that refuses a key, a catch-up that fails) ends the
+// Stream, and Follow loads the newest snapshot as at a start.
 type Generations interface {
 	// Newer receives when a newer generation than the one served is
 	// published.

@@ -610,8 +610,9 @@ type Stats struct {
 	// for: 0 of AuditSamples is the figure a dashboard shows.
 	AuditSamples, AuditFalseNegatives uint64
 	// Generation numbers the serving filter: for a gate that builds its
-	// own filters, the count of builds when it was published; for a
-	// fan-out instance, the feeder's generation of the filter it loaded.
+	// own filters, the count of builds in this process when it was
+	// published (0 for a filter loaded from a snapshot); for a fan-out
+	// instance, the feeder's generation of the filter it serves.
 	// Swaps counts the filters that replaced a serving one without failing
 	// open (a rebuild's, a newer generation's), and LastSwap is when the
 	// last of them did (zero: none yet).
