@@ -396,13 +396,17 @@ func TestGenerationSwapFallsBack(t *testing.T) {
 	var gen uint64
 	waitFor(t, func() bool {
 		gf.mu.Lock()
-		defer gf.mu.Unlock()
 		gen = gf.snap.gen
-		return gf.snap.pos >= p
+		ok := gf.snap.pos >= p
+		gf.mu.Unlock()
+		if !ok { // a snapshot skipped while the one before was written
+			mf.commit(nil, nil)
+		}
+		return ok
 	})
 	swaps := inst.Stats().Swaps
 	gf.newer <- struct{}{}
-	waitFor(t, func() bool { return inst.Stats().Generation == gen && inst.Ready() })
+	waitFor(t, func() bool { return inst.Stats().Generation >= gen && inst.Ready() })
 	for _, k := range []string{"pre0", "pre499", "a", "b", "c"} {
 		if !inst.MayContainString(k) {
 			t.Errorf("false negative: %s", k)
