@@ -50,7 +50,8 @@ func cmdBGExistsAt(c *conn, args [][]byte) {
 }
 
 // infoBloomgate writes INFO's bloomgate sections: the build, and one line
-// per table-backed set with its mode, role, state, reason, position and lag.
+// per table-backed set with its mode, role, state, position, lag, filter
+// generation and reason.
 func (c *conn) infoBloomgate(b *strings.Builder) {
 	v := version.Get()
 	fmt.Fprintf(b, "# Bloomgate\r\nbloomgate_version:%s\r\nbloomgate_revision:%s\r\nbloomgate_go_version:%s\r\n\r\n",
@@ -64,8 +65,8 @@ func (c *conn) infoBloomgate(b *strings.Builder) {
 		}
 		// The reason is free text: keep the line one INFO field.
 		reason := strings.NewReplacer(",", ";", "\r", " ", "\n", " ").Replace(st.Reason)
-		fmt.Fprintf(b, "set_%s:mode=%s,role=%s,state=%s,ready=%d,position=%s,lag_ms=%d,reason=%s\r\n",
-			set.Name(), st.Mode, st.Role, st.State, ready, st.Position, st.Lag/time.Millisecond, reason)
+		fmt.Fprintf(b, "set_%s:mode=%s,role=%s,state=%s,ready=%d,position=%s,lag_ms=%d,generation=%d,reason=%s\r\n",
+			set.Name(), st.Mode, st.Role, st.State, ready, st.Position, st.Lag/time.Millisecond, st.Generation, reason)
 	}
 	b.WriteString("\r\n")
 }

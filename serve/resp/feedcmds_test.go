@@ -27,7 +27,7 @@ func TestFeedCommandsRebuildOnly(t *testing.T) {
 		"-ERR no such table-backed set\r\n",
 		"-ERR wrong number of arguments for 'bf.existsat' command\r\n",
 		"redis_version:7.4.0\r\n", "bloomgate_version:", "# Bloomgate\r\n",
-		"set_users:mode=rebuild,role=none,state=ready,ready=1,position=0/0,lag_ms=0,reason=\r\n",
+		"set_users:mode=rebuild,role=none,state=ready,ready=1,position=0/0,lag_ms=0,generation=1,reason=\r\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("reply lacks %q:\n%s", want, out)
