@@ -16,7 +16,6 @@ import (
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
@@ -192,7 +191,9 @@ func slotWaitNamesSession(t *testing.T, pool *pgxpool.Pool, table string, cfg po
 		defer lmu.Unlock()
 		return logs.String()
 	}
-	cfg.Timeout = 300 * time.Millisecond
+	// Short, so the warning comes soon; not so short that a busy machine
+	// fails the feed's own requests.
+	cfg.Timeout = time.Second
 	cfg.Logger = slog.New(slog.NewTextHandler(lockedWriter{&lmu, &logs}, nil))
 	f, err := postgres.NewFeed(cfg)
 	if err != nil {
@@ -205,14 +206,20 @@ func slotWaitNamesSession(t *testing.T, pool *pgxpool.Pool, table string, cfg po
 		done <- err
 	}()
 	want := fmt.Sprintf("pid %d", pid)
-	testsvc.Eventually(t, 30*time.Second, func() bool {
+	for deadline := time.Now().Add(30 * time.Second); ; {
 		l := logged()
-		return strings.Contains(l, "waits for transactions") && strings.Contains(l, want)
-	}, "no warning naming the open transaction's session (%s)", want)
-	select {
-	case err := <-done:
-		t.Fatalf("Bootstrap returned (%v) while a transaction it must wait for was open", err)
-	default:
+		if strings.Contains(l, "waits for transactions") && strings.Contains(l, want) {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Bootstrap returned (%v) while a transaction it must wait for was open; logs:\n%s", err, l)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s: no warning naming the open transaction's session (%s); logs:\n%s", want, l)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
