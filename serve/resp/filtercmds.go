@@ -82,8 +82,40 @@ func cmdBFReserve(c *conn, args [][]byte) {
 	c.w.simple("OK")
 }
 
+// cmdBFAdd answers BF.ADD together with the BF.ADDs on the same key
+// pipelined right after it (gather), in one Store.Add. When that call fails or
+// stops, the items it did not answer are added one at a time, so each
+// command gets the reply it would get alone.
 func cmdBFAdd(c *conn, args [][]byte) {
-	added, stop, err := c.s.store.Add(string(args[1]), args[2:], serve.AddOptions{})
+	name := string(args[1])
+	items := c.gather(args)
+	if len(items) > 1 {
+		added, stop, err := c.s.store.Add(name, items, serve.AddOptions{})
+		if errors.Is(err, serve.ErrOutcomeUnknown) {
+			c.replyErr(err) // applied, not durable: no reply, as one add alone
+			return
+		}
+		if err == nil {
+			for _, a := range added {
+				c.w.bool(a)
+			}
+			if stop == nil {
+				return
+			}
+			items = items[len(added):]
+		}
+	}
+	for _, it := range items {
+		if c.quit {
+			return
+		}
+		c.addOne(name, it)
+	}
+}
+
+// addOne answers one BF.ADD.
+func (c *conn) addOne(name string, item []byte) {
+	added, stop, err := c.s.store.Add(name, [][]byte{item}, serve.AddOptions{})
 	switch {
 	case err != nil:
 		c.replyErr(err)
@@ -189,8 +221,12 @@ items:
 	}
 }
 
+// cmdBFExists answers BF.EXISTS together with the BF.EXISTS on the same key
+// pipelined right after it (gather), in one lookup batch.
 func cmdBFExists(c *conn, args [][]byte) {
-	c.w.bool(c.mayContain(string(args[1]), args[2:3], serve.KindCuckoo)[0])
+	for _, held := range c.mayContain(string(args[1]), c.gather(args), serve.KindCuckoo) {
+		c.w.bool(held)
+	}
 }
 
 func cmdBFMExists(c *conn, args [][]byte) {

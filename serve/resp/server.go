@@ -375,8 +375,9 @@ type conn struct {
 	accepted     time.Time // start of the pre-auth deadline
 	authFailures int
 	hadDeadline  bool
-	slot         slot   // under s.mu
-	cmd          string // the command being answered, lower case
+	slot         slot     // under s.mu
+	cmd          string   // the command being answered, lower case
+	items        [][]byte // gather's batch, reused
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
