@@ -14,6 +14,7 @@
 #   BLOOMGATE=/path/to/bloomgate bench/serve.sh …   (a built binary, instead
 #                                                    of building ./cmd/bloomgate)
 #   REDISBLOOM_MODULE=/path/to/redisbloom.so bench/serve.sh …
+#   RESPFLOOR=1 bench/serve.sh …
 #
 # BF.EXISTS asks for random items of a 1 M-item 1 % filter holding 1 M
 # random adds (from the same million); BF.ADD adds random items from a
@@ -21,7 +22,10 @@
 # logged. With REDISBLOOM_MODULE naming a RedisBloom module the user already
 # has, a third server (redis-server --loadmodule it, no persistence) gets the
 # same filters, its BF.EXISTS and BF.ADD are measured right after
-# bloomgate's, and the ratios bloomgate / RedisBloom are printed too.
+# bloomgate's, and the ratios bloomgate / RedisBloom are printed too. With
+# RESPFLOOR=1, bench/cmd/respfloor (a Go server that answers every command
+# without looking at it) gets the same BF.EXISTS right after bloomgate's, at
+# the end of each line: the floor of a goroutine-per-connection server.
 #
 # Needs redis-server, redis-benchmark, redis-cli and go on PATH. The servers
 # listen on free loopback ports and are stopped on exit.
@@ -35,8 +39,9 @@ if [ -n "$RB" ] && [ ! -f "$RB" ]; then
 fi
 cd "$(dirname "$0")/.."
 TMP=$(mktemp -d)
-REDIS_PID= BG_PID= RB_PID=
+REDIS_PID= BG_PID= RB_PID= FL_PID=
 cleanup() {
+	[ -n "$FL_PID" ] && kill "$FL_PID" 2>/dev/null && wait "$FL_PID" 2>/dev/null || true
 	[ -n "$BG_PID" ] && kill "$BG_PID" 2>/dev/null && wait "$BG_PID" 2>/dev/null || true
 	[ -n "$REDIS_PID" ] && kill "$REDIS_PID" 2>/dev/null && wait "$REDIS_PID" 2>/dev/null || true
 	[ -n "$RB_PID" ] && kill "$RB_PID" 2>/dev/null && wait "$RB_PID" 2>/dev/null || true
@@ -66,6 +71,12 @@ if [ -n "$RB" ]; then
 	mkdir "$TMP/rb"
 	redis-server --port "$RBP" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP/rb" --logfile "$TMP/rb.log" --loadmodule "$RB" &
 	RB_PID=$!
+fi
+if [ -n "${RESPFLOOR:-}" ]; then
+	(cd bench && go build -o "$TMP/respfloor" ./cmd/respfloor)
+	FP=$(freeport)
+	"$TMP/respfloor" "127.0.0.1:$FP" &
+	FL_PID=$!
 fi
 for i in $(seq 100); do
 	grep -q ready "$TMP/bg.out" 2>/dev/null && redis-cli -p "$RP" PING >/dev/null 2>&1 &&
@@ -97,6 +108,7 @@ run() {
 ratio() { awk "BEGIN{printf \"%.2f\", $1/$2}"; }
 printf 'round P redis_GET(rps cpu_us) bg_BF.EXISTS redis_SET bg_BF.ADD | EXISTS/GET ADD/SET rps, cpu'
 [ -n "$RB" ] && printf ' | rb_BF.EXISTS rb_BF.ADD | bg/rb EXISTS ADD rps, cpu'
+[ -n "$FL_PID" ] && printf ' | floor_BF.EXISTS | bg/floor rps, cpu'
 echo
 for r in $(seq "$ROUNDS"); do
 	for p in 1 16; do
@@ -115,6 +127,10 @@ for r in $(seq "$ROUNDS"); do
 			set -- $(run "$RBP" "$RB_PID" "$p" 1000000000 BF.ADD add __rand_int__)
 			y=$1 yc=$2
 			line="$line | $x $xc $y $yc | $(ratio "$e" "$x") $(ratio "$a" "$y") $(ratio "$ec" "$xc") $(ratio "$ac" "$yc")"
+		fi
+		if [ -n "$FL_PID" ]; then
+			set -- $(run "$FP" "$FL_PID" "$p" 1000000 BF.EXISTS bf __rand_int__)
+			line="$line | $1 $2 | $(ratio "$e" "$1") $(ratio "$ec" "$2")"
 		fi
 		echo "$line"
 	done
