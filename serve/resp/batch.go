@@ -1,11 +1,12 @@
 package resp
 
-// Pipelined runs of one command on one key (redis-benchmark -P, a client's
-// pipeline of BF.ADDs) are answered as one batch: the items of the commands
-// already received go to the store in one call, so a run of BF.ADDs costs one
-// log record (one write, one fsync under appendfsync always) instead of one
-// each, and a run of BF.EXISTS hashes and fetches its blocks together. Each
-// command still gets its own reply, the one it would get alone.
+// Pipelined runs of one command on one key (BF.ADD, BF.EXISTS, CF.EXISTS:
+// redis-benchmark -P, a client's pipeline of adds) are answered as one batch:
+// the items of the commands already received go to the store in one call, so
+// a run of BF.ADDs costs one log record (one write, one fsync under
+// appendfsync always) instead of one each, and a run of BF.EXISTS hashes and
+// fetches its blocks together. Each command still gets its own reply, the one
+// it would get alone.
 
 // maxBatch bounds the items of one batch.
 const maxBatch = 1024

@@ -27,8 +27,8 @@ func encode(cmds [][]string) []byte {
 	return b
 }
 
-// batchScript mixes runs of BF.ADD and BF.EXISTS on one key (which are
-// batched) with what ends or breaks a batch: another key, another command,
+// batchScript mixes runs of BF.ADD, BF.EXISTS and CF.EXISTS on one key
+// (which are batched) with what ends or breaks a batch: another key, another command,
 // a key of another kind, a missing key, and a non-scaling filter that fills
 // up in the middle of a run.
 func batchScript() [][]string {
@@ -54,6 +54,12 @@ func batchScript() [][]string {
 	}
 	for range 3 {
 		cmds = append(cmds, []string{"BF.ADD", "cf", "y"}, []string{"BF.EXISTS", "cf", "x"})
+	}
+	for i := range 6 {
+		cmds = append(cmds, []string{"CF.EXISTS", "cf", "x"}, []string{"cf.exists", "cf", "y" + strconv.Itoa(i)})
+	}
+	for i := range 4 {
+		cmds = append(cmds, []string{"CF.EXISTS", "grow", "x"}, []string{"CF.EXISTS", "cf", "x" + strconv.Itoa(i)})
 	}
 	for i := range 5 {
 		cmds = append(cmds, []string{"BF.EXISTS", "missing", strconv.Itoa(i)}, []string{"BF.ADD", "small", "item1"})

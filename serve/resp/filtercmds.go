@@ -471,8 +471,12 @@ items:
 func cmdCFInsert(c *conn, args [][]byte)   { c.cfInsert(args, false) }
 func cmdCFInsertNX(c *conn, args [][]byte) { c.cfInsert(args, true) }
 
+// cmdCFExists answers CF.EXISTS together with the CF.EXISTS on the same key
+// pipelined right after it (gather).
 func cmdCFExists(c *conn, args [][]byte) {
-	c.w.bool(c.mayContain(string(args[1]), args[2:3], serve.KindBloom)[0])
+	for _, held := range c.mayContain(string(args[1]), c.gather(args), serve.KindBloom) {
+		c.w.bool(held)
+	}
 }
 
 func cmdCFMExists(c *conn, args [][]byte) {

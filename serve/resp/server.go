@@ -8,8 +8,8 @@
 // Config and answers a malformed request with "-ERR Protocol error: …"
 // before closing that connection only. Each connection runs in one
 // goroutine; replies to pipelined commands are flushed once per batch, and
-// a pipelined run of BF.ADD or BF.EXISTS on one key goes to the store in
-// one call (see batch.go).
+// a pipelined run of BF.ADD, BF.EXISTS or CF.EXISTS on one key goes to the
+// store in one call (see batch.go).
 //
 // A Server is safe for concurrent use. docs/serve.md lists every command and
 // where it differs from RedisBloom.
