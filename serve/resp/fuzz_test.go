@@ -22,6 +22,9 @@ func FuzzCommands(f *testing.F) {
 		"HELLO 3\r\nBF.EXISTS k a\r\nCF.SCANDUMP c 0\r\nSCAN 0 MATCH * COUNT 5\r\nKEYS [a-\r\n",
 		"CLIENT SETNAME x\r\nCOMMAND\r\nCOMMAND INFO bf.add\r\nINFO\r\nCONFIG GET *\r\nDEL k\r\n",
 		"*3\r\n$12\r\nBF.LOADCHUNK\r\n$1\r\nk\r\n$1\r\n1\r\n",
+		// pipelined runs, batched (batch.go)
+		"*3\r\n$6\r\nBF.ADD\r\n$1\r\nk\r\n$1\r\na\r\n*3\r\n$6\r\nbf.add\r\n$1\r\nk\r\n$1\r\nb\r\n*3\r\n$6\r\nBF.ADD\r\n$1\r\nk\r\n$0\r\n\r\n" +
+			"*3\r\n$9\r\nBF.EXISTS\r\n$1\r\nk\r\n$1\r\na\r\n*3\r\n$9\r\nBF.EXISTS\r\n$1\r\nk\r\n$1\r\nz\r\n*3\r\n$9\r\nCF.EXISTS\r\n$1\r\nk\r\n$1\r\na\r\n",
 		"BG.XRESERVE x 0.001 1000 60 GENERATIONS 4\r\nBG.XADD x a EX 10\r\nBG.XMADD x PXAT 99999999999999 a b\r\nBG.XMEXISTS x a b\r\nBG.XINFO x\r\nBG.XINFO x NEXTEXPIRY\r\nBF.EXISTS x a\r\nDEL x\r\n",
 	} {
 		f.Add([]byte(s))
