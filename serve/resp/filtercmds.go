@@ -105,17 +105,17 @@ func cmdBFAdd(c *conn, args [][]byte) {
 			items = items[len(added):]
 		}
 	}
-	for _, it := range items {
+	for i := range items {
 		if c.quit {
 			return
 		}
-		c.addOne(name, it)
+		c.addOne(name, items[i:i+1])
 	}
 }
 
-// addOne answers one BF.ADD.
-func (c *conn) addOne(name string, item []byte) {
-	added, stop, err := c.s.store.Add(name, [][]byte{item}, serve.AddOptions{})
+// addOne answers one BF.ADD of item, a slice of one.
+func (c *conn) addOne(name string, item [][]byte) {
+	added, stop, err := c.s.store.Add(name, item, serve.AddOptions{})
 	switch {
 	case err != nil:
 		c.replyErr(err)
