@@ -1,6 +1,11 @@
 package bloomgate
 
-import "github.com/bloomgate/bloomgate/filter"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/bloomgate/bloomgate/filter"
+)
 
 // Filter is what a Gate needs of its membership filter: a set of 64-bit key
 // hashes that never forgets. The gate hashes each key once, with
@@ -36,20 +41,51 @@ type Remover interface {
 
 // NewBloom is the default Config.NewFilter: a blocked filter.Bloom.
 func NewBloom(capacity uint64, fpRate float64, seed uint64) (Filter, error) {
-	return filter.NewBloom(filter.BloomConfig{Capacity: capacity, FPRate: fpRate, Seed: seed})
+	return newFamily(filter.FamilyBloom, capacity, fpRate, seed, 0)
 }
 
 // NewCuckoo is a Config.NewFilter for a filter.Cuckoo, whose removes the gate
 // applies. A full cuckoo filter refuses keys: the gate then fails open until
 // Run rebuilds it larger.
 func NewCuckoo(capacity uint64, fpRate float64, seed uint64) (Filter, error) {
-	return filter.NewCuckoo(filter.CuckooConfig{Capacity: capacity, FPRate: fpRate, Seed: seed})
+	return newFamily(filter.FamilyCuckoo, capacity, fpRate, seed, 0)
 }
 
 // NewCounting is a Config.NewFilter for a filter.Counting, whose removes the
 // gate applies.
 func NewCounting(capacity uint64, fpRate float64, seed uint64) (Filter, error) {
-	return filter.NewCounting(filter.CountingConfig{Capacity: capacity, FPRate: fpRate, Seed: seed})
+	return newFamily(filter.FamilyCounting, capacity, fpRate, seed, 0)
+}
+
+// FamilyFilter returns a Config.NewFilter building fam's filters (NewBloom,
+// NewCuckoo and NewCounting are FamilyFilter of their family with
+// maxFilters 0). maxFilters is filter.FamilyConfig.MaxFilters: how many
+// sub-filters a cuckoo filter may grow to before it refuses keys. A family
+// without a constructor for a gate (filter.FamilyWindowed) makes every call
+// return ErrNoFamilyFilter.
+func FamilyFilter(fam *filter.Family, maxFilters int) func(capacity uint64, fpRate float64, seed uint64) (Filter, error) {
+	return func(capacity uint64, fpRate float64, seed uint64) (Filter, error) {
+		return newFamily(fam, capacity, fpRate, seed, maxFilters)
+	}
+}
+
+// ErrNoFamilyFilter reports a filter family a gate cannot use: its adds
+// take an expiry.
+var ErrNoFamilyFilter = errors.New("bloomgate: filter family cannot back a gate")
+
+func newFamily(fam *filter.Family, capacity uint64, fpRate float64, seed uint64, maxFilters int) (Filter, error) {
+	if fam == nil || fam.New == nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoFamilyFilter, fam)
+	}
+	f, err := fam.New(filter.FamilyConfig{Capacity: capacity, FPRate: fpRate, Seed: seed, MaxFilters: maxFilters})
+	if err != nil {
+		return nil, err
+	}
+	gf, ok := f.(Filter)
+	if !ok {
+		return nil, fmt.Errorf("%w: %v", ErrNoFamilyFilter, fam)
+	}
+	return gf, nil
 }
 
 var (

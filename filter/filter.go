@@ -72,17 +72,8 @@ const (
 )
 
 func (k Kind) String() string {
-	switch k {
-	case KindBloom:
-		return "bloom"
-	case KindScalable:
-		return "scalable"
-	case KindCounting:
-		return "counting"
-	case KindCuckoo:
-		return "cuckoo"
-	case KindWindowed:
-		return "windowed"
+	if f := k.Family(); f != nil {
+		return f.Name
 	}
 	return "kind(" + itoa(uint64(k)) + ")"
 }

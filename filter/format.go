@@ -59,17 +59,8 @@ func Decode(r io.Reader, cfg DecodeConfig) (Filter, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch fr.kind {
-	case KindBloom:
-		return asFilter(decodeBloomBody(fr))
-	case KindScalable:
-		return asFilter(decodeScalableBody(fr))
-	case KindCounting:
-		return asFilter(decodeCountingBody(fr))
-	case KindCuckoo:
-		return asFilter(decodeCuckooBody(fr))
-	case KindWindowed:
-		return asFilter(decodeWindowedBody(fr, nil))
+	if f := fr.kind.Family(); f != nil {
+		return f.decode(fr)
 	}
 	return nil, fmt.Errorf("%w: unknown filter kind %d", ErrUnsupported, fr.kind)
 }

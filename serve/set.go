@@ -152,10 +152,12 @@ type SetConfig struct {
 	// "maybe" in ModeFollow, for every key in ModeRebuild. It receives the
 	// key as the client sent it.
 	Confirm Confirmer
-	// Kind is the filter: "bloom" (a blocked Bloom filter; removes are not
-	// applied, the key stays a false positive until the next rebuild) or
-	// "cuckoo" (removes apply at once). Default: "bloom".
-	Kind string
+	// Family is the filter: any family with a constructor for a gate
+	// (filter.Family.New). filter.FamilyBloom does not apply removes (the
+	// key stays a false positive until the next rebuild); filter.FamilyCuckoo
+	// does, and grows to setMaxFilters sub-filters before it refuses keys.
+	// Default: filter.FamilyBloom.
+	Family *filter.Family
 	// FPRate is the target false-positive rate. Default: the gate's (0.001).
 	FPRate float64
 	// Capacity sizes the filter. Default: the gate's ((1 + Headroom) × the
@@ -208,11 +210,7 @@ func gateConfig(sc SetConfig, log *slog.Logger) bloomgate.Config {
 	if sc.Registerer != nil {
 		cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"set": sc.Name}, sc.Registerer)
 	}
-	if sc.Kind == "cuckoo" {
-		cfg.NewFilter = func(capacity uint64, fpRate float64, seed uint64) (bloomgate.Filter, error) {
-			return filter.NewCuckoo(filter.CuckooConfig{Capacity: capacity, FPRate: fpRate, MaxFilters: 8, Seed: seed})
-		}
-	}
+	cfg.NewFilter = bloomgate.FamilyFilter(sc.family(), setMaxFilters)
 	return cfg
 }
 
@@ -222,8 +220,8 @@ func newSet(sc SetConfig, log *slog.Logger) (*Set, error) {
 		return nil, errors.New("serve: set without a name")
 	case sc.Source == nil && sc.Keeper == nil:
 		return nil, fmt.Errorf("serve: set %q has no source", sc.Name)
-	case sc.Kind != "" && sc.Kind != "bloom" && sc.Kind != "cuckoo":
-		return nil, fmt.Errorf("serve: set %q: kind %q (want bloom or cuckoo)", sc.Name, sc.Kind)
+	case sc.family().New == nil:
+		return nil, fmt.Errorf("serve: set %q: filter family %v cannot back a set", sc.Name, sc.Family)
 	}
 	g, err := bloomgate.New(gateConfig(sc, log))
 	if err != nil {
@@ -235,12 +233,19 @@ func newSet(sc SetConfig, log *slog.Logger) (*Set, error) {
 // Name returns the set's name.
 func (t *Set) Name() string { return t.cfg.Name }
 
-// Kind returns the filter kind ("bloom" or "cuckoo").
-func (t *Set) Kind() string {
-	if t.cfg.Kind == "" {
-		return "bloom"
+// Family returns the set's filter family.
+func (t *Set) Family() *filter.Family { return t.cfg.family() }
+
+// setMaxFilters is how many sub-filters a set's cuckoo filter grows to
+// (filter.FamilyConfig.MaxFilters) before it refuses keys and the set fails
+// open until a rebuild.
+const setMaxFilters = 8
+
+func (sc SetConfig) family() *filter.Family {
+	if sc.Family == nil {
+		return filter.FamilyBloom
 	}
-	return t.cfg.Kind
+	return sc.Family
 }
 
 // HasConfirm reports whether the set has a confirm query.

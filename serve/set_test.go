@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/filter"
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/serve"
 	"github.com/bloomgate/bloomgate/source/postgres"
@@ -132,10 +133,11 @@ func TestSetPostgres(t *testing.T) {
 	if err := users.Load(ctx, 1000, email); err != nil {
 		t.Fatal(err)
 	}
-	for _, kind := range []string{"bloom", "cuckoo"} {
+	for _, fam := range []*filter.Family{filter.FamilyBloom, filter.FamilyCuckoo} {
+		kind := fam.Name
 		t.Run(kind, func(t *testing.T) {
 			s, err := serve.Open(serve.Config{Sets: []serve.SetConfig{{
-				Name: "users", Source: users.Source(), Normalizer: bloomgate.LowerTrim, Kind: kind,
+				Name: "users", Source: users.Source(), Normalizer: bloomgate.LowerTrim, Family: fam,
 				Confirm: postgres.Confirm{Pool: pool, Query: "SELECT 1 FROM " + schema + ".users WHERE email = lower(trim($1))"},
 			}}})
 			if err != nil {

@@ -136,6 +136,21 @@ func (k Kind) String() string {
 	return "none"
 }
 
+// Family returns the filter family a key of kind k holds: filter.Scalable
+// for KindBloom (a set reports its own, Set.Family), filter.Cuckoo for
+// KindCuckoo, filter.Windowed for KindExpiring; nil for KindNone and KindSet.
+func (k Kind) Family() *filter.Family {
+	switch k {
+	case KindBloom:
+		return filter.FamilyScalable
+	case KindCuckoo:
+		return filter.FamilyCuckoo
+	case KindExpiring:
+		return filter.FamilyWindowed
+	}
+	return nil
+}
+
 // object is one standalone filter.
 type object struct {
 	mu   sync.Mutex // serialises writes, the log record and snapshots of this key

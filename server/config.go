@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bloomgate/bloomgate/fanout/memlog"
+	"github.com/bloomgate/bloomgate/filter"
 	"github.com/bloomgate/bloomgate/serve"
 )
 
@@ -112,12 +113,29 @@ const (
 	KindExpiring
 )
 
-var kindNames = [...]string{KindBloom: "bloom", KindCuckoo: "cuckoo", KindExpiring: "expiring"}
+// kindFamilies is each kind's filter family (filter.Families).
+var kindFamilies = [...]*filter.Family{
+	KindBloom:    filter.FamilyBloom,
+	KindCuckoo:   filter.FamilyCuckoo,
+	KindExpiring: filter.FamilyWindowed,
+}
 
-// String returns the kind as the config file names it.
+// Family returns the kind's filter family, nil for no kind.
+func (k Kind) Family() *filter.Family {
+	if k >= 0 && int(k) < len(kindFamilies) {
+		return kindFamilies[k]
+	}
+	return nil
+}
+
+// String returns the kind as the config file names it: its family's name,
+// except "expiring" (a windowed filter whose rows carry an expiry).
 func (k Kind) String() string {
-	if int(k) < len(kindNames) {
-		return kindNames[k]
+	switch f := k.Family(); {
+	case k == KindExpiring:
+		return "expiring"
+	case f != nil:
+		return f.Name
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }

@@ -368,16 +368,11 @@ func (s *setDecl) apply(l confLine) error {
 	case "confirm":
 		s.Source.Confirm = l.value
 	case "kind":
-		switch l.value {
-		case "bloom":
-			s.Kind = KindBloom
-		case "cuckoo":
-			s.Kind = KindCuckoo
-		case "expiring":
-			s.Kind = KindExpiring
-		default:
+		k, ok := parseKind(l.value)
+		if !ok {
 			return l.errorf("want bloom, cuckoo or expiring")
 		}
+		s.Kind = k
 	case "normalize":
 		switch l.value {
 		case "exact":
@@ -525,4 +520,14 @@ func (l confLine) bytes() (int64, error) {
 		return 0, l.errorf("want a size such as 1048576, 100mb or 2gb")
 	}
 	return n * mult, nil
+}
+
+// parseKind returns the kind the config file names name.
+func parseKind(name string) (Kind, bool) {
+	for k := range Kind(len(kindFamilies)) {
+		if k.String() == name {
+			return k, true
+		}
+	}
+	return 0, false
 }

@@ -209,7 +209,7 @@ func openSets(ctx context.Context, cfg *Config) ([]serve.SetConfig, []serve.Expi
 			expiring = append(expiring, ec)
 			continue
 		}
-		sc := serve.SetConfig{Name: s.Name, Kind: s.Kind.String(), FPRate: s.FPRate, Capacity: s.Capacity,
+		sc := serve.SetConfig{Name: s.Name, Family: s.Kind.Family(), FPRate: s.FPRate, Capacity: s.Capacity,
 			RebuildInterval: s.RebuildInterval, Registerer: cfg.Registry}
 		if s.Normalize == NormalizeLowerTrim {
 			sc.Normalizer = bloomgate.LowerTrim

@@ -329,7 +329,7 @@ func (a *api) info(name string) (SetInfo, bool) {
 		rd := readiness(s)
 		return SetInfo{
 			Name: name, Kind: "set", Ready: s.Ready(), State: st.State.String(), Reason: st.Reason,
-			Filter: s.Kind(), Capacity: st.Filter.Capacity, Items: st.Filter.Items, Bytes: st.Filter.Bytes,
+			Filter: s.Family().Name, Capacity: st.Filter.Capacity, Items: st.Filter.Items, Bytes: st.Filter.Bytes,
 			Lookups: st.Lookups, Absent: st.Absent, FailOpen: st.FailOpen, Confirms: s.Confirms(),
 			ObservedFP: st.EmptyFetches, ObservedFPRate: st.ObservedFPRate, HasConfirm: s.HasConfirm(),
 			Mode: rd.Mode, Role: rd.Role, Position: rd.Position, LagSeconds: rd.LagSeconds,

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/filter"
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/serve"
 )
@@ -33,7 +34,7 @@ func (f fixedSource) Estimate(context.Context) (int64, error) { return int64(len
 // gate answers "maybe" for such a key, so CF.ADDNX skips it: 0.
 func TestSetRefusedKey(t *testing.T) {
 	st, err := serve.Open(serve.Config{Sets: []serve.SetConfig{{
-		Name: "users", Source: fixedSource{"a@example.com"}, Kind: "cuckoo",
+		Name: "users", Source: fixedSource{"a@example.com"}, Family: filter.FamilyCuckoo,
 	}}})
 	if err != nil {
 		t.Fatal(err)
