@@ -12,17 +12,42 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
-// Position is a position in the source's log (for PostgreSQL, an LSN).
-// Positions of one feed compare in log order; 0 is no position.
+// Position is a position in the source's log. Positions of one feed compare
+// in log order; 0 is no position. What the number means is the source's (for
+// PostgreSQL, an LSN): a source that writes positions its own way offers a
+// Notation.
 type Position uint64
 
-// String formats p as PostgreSQL formats an LSN: two hexadecimal halves,
-// "16/B374D848".
-func (p Position) String() string { return fmt.Sprintf("%X/%X", uint32(p>>32), uint32(p)) }
+// String formats p as a decimal integer, the form ParsePosition reads. A
+// source's own spelling is its Notation's.
+func (p Position) String() string { return strconv.FormatUint(uint64(p), 10) }
+
+// Notation is how a source writes its positions for people and for clients'
+// tokens (PostgreSQL's: an LSN, "16/B374D848", source/postgres.LSN). It is
+// the source's, so layers that only pass positions along need not know it.
+// Implementations are safe for concurrent use.
+type Notation interface {
+	// Format writes p.
+	Format(p Position) string
+	// Parse reads what Format writes; its errors wrap ErrBadPosition.
+	Parse(s string) (Position, error)
+	// String describes the notation in an error message: "an LSN such as
+	// 16/B374D848".
+	String() string
+}
+
+// Decimal is the notation of Position.String and ParsePosition: a decimal
+// integer.
+var Decimal Notation = decimal{}
+
+type decimal struct{}
+
+func (decimal) Format(p Position) string         { return p.String() }
+func (decimal) Parse(s string) (Position, error) { return ParsePosition(s) }
+func (decimal) String() string                   { return "a decimal integer" }
 
 // ErrRebuild is wrapped by a feed's errors that mean the consumer's
 // position can no longer be continued from (the feed lost the changes after
@@ -43,18 +68,24 @@ var ErrTimeout = errors.New("changefeed: no answer from the source in time")
 // ErrBadPosition reports text that is not a Position.
 var ErrBadPosition = errors.New("changefeed: bad position")
 
-// ParsePosition parses the form String writes.
+// ParsePosition parses a decimal integer, the form Position.String writes:
+// 1 to 20 ASCII digits, no sign, at most 2^64-1.
 func ParsePosition(s string) (Position, error) {
-	hi, lo, ok := strings.Cut(s, "/")
-	if !ok {
+	if s == "" || len(s) > 20 {
 		return 0, fmt.Errorf("%w: %q", ErrBadPosition, s)
 	}
-	h, err1 := strconv.ParseUint(hi, 16, 32)
-	l, err2 := strconv.ParseUint(lo, 16, 32)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("%w: %q", ErrBadPosition, s)
+	var v uint64
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("%w: %q", ErrBadPosition, s)
+		}
+		d := uint64(c - '0')
+		if v > (1<<64-1-d)/10 {
+			return 0, fmt.Errorf("%w: %q", ErrBadPosition, s)
+		}
+		v = v*10 + d
 	}
-	return Position(h<<32 | l), nil
+	return Position(v), nil
 }
 
 // Kind says what a Change does to the set of keys.

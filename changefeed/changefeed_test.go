@@ -6,13 +6,20 @@ import (
 )
 
 func TestPosition(t *testing.T) {
-	for s, want := range map[string]Position{"0/0": 0, "16/B374D848": 0x16_B374D848, "FFFFFFFF/FFFFFFFF": ^Position(0), "0/1878708": 0x1878708} {
+	for s, want := range map[string]Position{"0": 0, "1": 1, "97500059720": 0x16_B374D848, "18446744073709551615": ^Position(0)} {
 		p, err := ParsePosition(s)
-		if err != nil || p != want || p.String() != s {
-			t.Errorf("%q: %v (%s), %v; want %v", s, p, p, err, uint64(want))
+		if err != nil || p != want || p.String() != s || Decimal.Format(p) != s {
+			t.Errorf("%q: %v, %v; want %v", s, p, err, uint64(want))
+		}
+		if q, err := Decimal.Parse(s); err != nil || q != want {
+			t.Errorf("Decimal.Parse(%q) = %v, %v", s, q, err)
 		}
 	}
-	for _, s := range []string{"", "1", "1/", "/1", "x/1", "1/100000000", "-1/1", "1/1/1"} {
+	// Leading zeros are digits, up to 20 of them.
+	if p, err := ParsePosition("00000000000000000012"); err != nil || p != 12 {
+		t.Errorf("20 digits: %v, %v", p, err)
+	}
+	for _, s := range []string{"", "16/B374D848", "0/0", "+1", "-1", " 1", "1 ", "0x10", "1_000", "18446744073709551616", "000000000000000000012", "１"} {
 		if _, err := ParsePosition(s); !errors.Is(err, ErrBadPosition) {
 			t.Errorf("%q: %v, want ErrBadPosition", s, err)
 		}
@@ -20,8 +27,9 @@ func TestPosition(t *testing.T) {
 }
 
 func FuzzParsePosition(f *testing.F) {
-	f.Add("16/B374D848")
-	f.Add("0/0")
+	f.Add("97500059720")
+	f.Add("0")
+	f.Add("18446744073709551616")
 	f.Fuzz(func(t *testing.T, s string) {
 		p, err := ParsePosition(s)
 		if err != nil {

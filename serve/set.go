@@ -102,33 +102,36 @@ var (
 	// ErrNoPosition: the set does not follow a change feed, so a position
 	// cannot be honoured; use BG.EXISTS (it confirms every answer).
 	ErrNoPosition = &Error{Code: CodeNoPosition, Msg: "set does not follow a change feed (follow no): it has no position"}
-	// ErrBadPosition: the position is neither a PostgreSQL LSN (16/B374D848)
-	// nor a decimal number.
-	ErrBadPosition = &Error{Code: CodeBadPosition, Msg: "position is not an LSN such as 16/B374D848 or a decimal integer"}
+	// ErrBadPosition: the position is not a decimal integer. A store whose
+	// Config.Positions has a notation of its own returns an error of the
+	// same Code (CodeBadPosition) naming that notation too.
+	ErrBadPosition = badPosition(changefeed.Decimal)
 )
 
-// ParsePosition parses a position as PostgreSQL prints an LSN
-// (pg_current_wal_insert_lsn(): "16/B374D848") or as a decimal integer.
-func ParsePosition(s string) (changefeed.Position, error) {
-	if p, err := changefeed.ParsePosition(s); err == nil {
+// badPosition is the error of a position in neither notation n nor decimal.
+func badPosition(n changefeed.Notation) *Error {
+	msg := "position is not " + changefeed.Decimal.String()
+	if n != changefeed.Decimal {
+		msg = "position is not " + n.String() + " or " + changefeed.Decimal.String()
+	}
+	return &Error{Code: CodeBadPosition, Msg: msg}
+}
+
+// ParsePosition parses a client's read-your-writes position: in the
+// store's notation (Config.Positions) or as a decimal integer. Its error has
+// CodeBadPosition.
+func (s *Store) ParsePosition(text string) (changefeed.Position, error) {
+	if p, err := s.cfg.Positions.Parse(text); err == nil {
 		return p, nil
 	}
-	var v uint64
-	if s == "" || len(s) > 20 {
-		return 0, ErrBadPosition
+	if p, err := changefeed.ParsePosition(text); err == nil {
+		return p, nil
 	}
-	for _, c := range []byte(s) {
-		if c < '0' || c > '9' {
-			return 0, ErrBadPosition
-		}
-		d := uint64(c - '0')
-		if v > (1<<64-1-d)/10 {
-			return 0, ErrBadPosition
-		}
-		v = v*10 + d
-	}
-	return changefeed.Position(v), nil
+	return 0, s.badPosition
 }
+
+// FormatPosition writes p in the store's notation (Config.Positions).
+func (s *Store) FormatPosition(p changefeed.Position) string { return s.cfg.Positions.Format(p) }
 
 // Confirmer answers exactly whether a key exists in a table: the confirm
 // query of a table-backed set (source/postgres.Confirm, source/sqlite.Confirm).

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/filter"
 )
 
@@ -75,6 +76,12 @@ type Config struct {
 	// until its expiry by this clock, and generations are dropped by it.
 	// Default: time.Now. Tests inject a fake one.
 	Now func() time.Time
+	// Positions is the notation of the sets' change-feed positions: how
+	// clients write a read-your-writes position (ParsePosition, which also
+	// takes a decimal integer) and how reports show one (FormatPosition).
+	// It is the source's (source/postgres.LSN for PostgreSQL's LSNs).
+	// Default: changefeed.Decimal.
+	Positions changefeed.Notation
 
 	fs logFS // creates log segments; nil: the operating system's files
 }
@@ -92,6 +99,8 @@ type Store struct {
 	aof  *appendLog // nil without DataDir
 	lock *os.File   // the DataDir lock, held until Close
 	sets map[string]*Set
+	// badPosition is ParsePosition's error, naming Config.Positions.
+	badPosition *Error
 
 	mu    sync.RWMutex
 	keys  map[string]*object
@@ -203,6 +212,10 @@ func Open(cfg Config) (*Store, error) {
 		sets:  map[string]*Set{},
 		stop:  make(chan struct{}),
 	}
+	s.badPosition = ErrBadPosition
+	if cfg.Positions != changefeed.Decimal {
+		s.badPosition = badPosition(cfg.Positions)
+	}
 	s.runCtx, s.cancel = context.WithCancel(context.Background())
 	for _, sc := range cfg.Sets {
 		if _, dup := s.sets[sc.Name]; dup {
@@ -258,6 +271,9 @@ func fillDefaults(cfg *Config) error {
 	case FsyncAlways, FsyncEverySec, FsyncNo:
 	default:
 		return fmt.Errorf("serve: fsync policy %q (want always, everysec or no)", cfg.Fsync)
+	}
+	if cfg.Positions == nil {
+		cfg.Positions = changefeed.Decimal
 	}
 	if cfg.SnapshotInterval == 0 {
 		cfg.SnapshotInterval = defaultSnapshotInterval

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 
 	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/fanout"
 	"github.com/bloomgate/bloomgate/serve"
 )
@@ -72,6 +74,9 @@ type sourceDriver struct {
 	name string
 	// open connects the set's source within the set's connect timeout.
 	open func(ctx context.Context, s *SetConfig, log *slog.Logger) (*openedSource, error)
+	// positions is how the source writes its change-feed positions
+	// (PostgreSQL's LSN); nil for a source without a feed.
+	positions changefeed.Notation
 }
 
 // openedSource is a set's connected source. close runs at Close, and on a
@@ -109,6 +114,19 @@ var (
 
 func registerSource(d SourceDriver, sd sourceDriver)    { sources[d] = sd }
 func registerTransport(t Transport, td transportDriver) { transports[t] = td }
+
+// positionNotation is the notation of the keyspace's positions (in
+// BF.EXISTSAT's token, the HTTP API's at= and its reports): that of the
+// registered source with one, lowest SourceDriver first. A server has one:
+// a second source with a notation of its own would need one per set.
+func positionNotation() changefeed.Notation {
+	for _, d := range slices.Sorted(maps.Keys(sources)) {
+		if p := sources[d].positions; p != nil {
+			return p
+		}
+	}
+	return changefeed.Decimal
+}
 
 // sourceByName returns the driver a config-file key names.
 func sourceByName(name string) (SourceDriver, bool) {

@@ -108,6 +108,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		Sets:             sets,
 		ExpiringSets:     expiring,
 		Logger:           s.log,
+		Positions:        positionNotation(),
 	})
 	if err != nil {
 		return fail(err)

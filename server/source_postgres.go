@@ -15,7 +15,9 @@ import (
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
-func init() { registerSource(SourcePostgres, sourceDriver{name: "postgres", open: openPostgres}) }
+func init() {
+	registerSource(SourcePostgres, sourceDriver{name: "postgres", open: openPostgres, positions: postgres.LSN})
+}
 
 // openPostgres connects a set's PostgreSQL table. Its change feed is
 // opened (and checked: wal_level, the publication) by the returned feed

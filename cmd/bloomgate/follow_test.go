@@ -83,7 +83,7 @@ func setPosition(t testing.TB, httpAddr, set string) changefeed.Position {
 	if err != nil {
 		return 0
 	}
-	p, err := changefeed.ParsePosition(r.Sets[set].Position)
+	p, err := postgres.ParseLSN(r.Sets[set].Position)
 	if err != nil {
 		t.Fatalf("readyz position %q: %v", r.Sets[set].Position, err)
 	}
@@ -129,7 +129,7 @@ func TestServeFollowsFeed(t *testing.T) {
 		if err := sqlPool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
 			t.Fatal(err)
 		}
-		p, err := changefeed.ParsePosition(s)
+		p, err := postgres.ParseLSN(s)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -52,7 +52,7 @@ func fanoutGrowth(t *testing.T, engine string) {
 		if err := sqlPool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
 			t.Fatal(err)
 		}
-		p, err := changefeed.ParsePosition(lsn)
+		p, err := postgres.ParseLSN(lsn)
 		if err != nil {
 			t.Fatal(err)
 		}

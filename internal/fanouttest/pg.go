@@ -80,7 +80,7 @@ func NewPG(t testing.TB, preRows int) *PG {
 		if err := pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
 			return 0, err
 		}
-		return changefeed.ParsePosition(lsn)
+		return postgres.ParseLSN(lsn)
 	}
 	fx.InsertMany = func(ctx context.Context, prefix string, n int) (changefeed.Position, error) {
 		if _, err := pool.Exec(ctx, "INSERT INTO "+fx.Table+" (email) SELECT $1 || g || '@x' FROM generate_series(0, $2::int - 1) g", prefix, n); err != nil {
@@ -90,7 +90,7 @@ func NewPG(t testing.TB, preRows int) *PG {
 		if err := pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
 			return 0, err
 		}
-		return changefeed.ParsePosition(lsn)
+		return postgres.ParseLSN(lsn)
 	}
 	src, err := postgres.New(postgres.Config{Pool: pool, Table: fx.Table, Column: "email"})
 	if err != nil {

@@ -123,7 +123,7 @@ func (a *api) expiringSetReadiness(name string) (SetReadiness, bool) {
 	if !ok {
 		return SetReadiness{}, false
 	}
-	sr := SetReadiness{Ready: st.Ready, Mode: "rescan", Role: "none", State: "ready", Position: st.Position.String()}
+	sr := SetReadiness{Ready: st.Ready, Mode: "rescan", Role: "none", State: "ready", Position: a.store.FormatPosition(st.Position)}
 	if st.Follow {
 		sr.Mode, sr.Role, sr.LagSeconds = "follow", "follower", st.Lag.Seconds()
 	}

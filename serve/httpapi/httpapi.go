@@ -260,8 +260,9 @@ type SetReadiness struct {
 	State string `json:"state"` // the gate's state: warming, ready, rebuilding, degraded
 	// Reason says why the set is not ready ("" when it is).
 	Reason string `json:"reason,omitempty"`
-	// Position is the change-feed position applied, as an LSN ("0/0" in
-	// rebuild mode); LagSeconds how far it is behind the feed's head.
+	// Position is the change-feed position applied, in the store's notation
+	// (serve.Config.Positions: an LSN such as "0/0" under bloomgate serve;
+	// zero in rebuild mode); LagSeconds how far it is behind the feed's head.
 	Position   string  `json:"position"`
 	LagSeconds float64 `json:"lag_seconds"`
 	// Generation is the serving filter's: on a fan-out instance, the
@@ -277,17 +278,17 @@ func rfc3339(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-func readiness(s *serve.Set) SetReadiness {
+func (a *api) readiness(s *serve.Set) SetReadiness {
 	st := s.Status()
 	return SetReadiness{Ready: st.Ready, Mode: st.Mode.String(), Role: st.Role.String(), State: st.State.String(),
-		Reason: st.Reason, Position: st.Position.String(), LagSeconds: st.Lag.Seconds(), Generation: st.Generation}
+		Reason: st.Reason, Position: a.store.FormatPosition(st.Position), LagSeconds: st.Lag.Seconds(), Generation: st.Generation}
 }
 
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	sets := map[string]SetReadiness{}
 	ready := true
 	for _, s := range a.store.Sets() {
-		sr := readiness(s)
+		sr := a.readiness(s)
 		sets[s.Name()] = sr
 		ready = ready && sr.Ready
 	}
@@ -311,11 +312,11 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // atParam returns the at parameter's position, if given.
-func atParam(w http.ResponseWriter, r *http.Request) (pos changefeed.Position, given, ok bool) {
+func (a *api) atParam(w http.ResponseWriter, r *http.Request) (pos changefeed.Position, given, ok bool) {
 	if !r.URL.Query().Has("at") {
 		return 0, false, true
 	}
-	pos, err := serve.ParsePosition(r.URL.Query().Get("at"))
+	pos, err := a.store.ParsePosition(r.URL.Query().Get("at"))
 	if err != nil {
 		writeServeError(w, err)
 		return 0, true, false
@@ -326,7 +327,7 @@ func atParam(w http.ResponseWriter, r *http.Request) (pos changefeed.Position, g
 func (a *api) info(name string) (SetInfo, bool) {
 	if s := a.store.Set(name); s != nil {
 		st := s.Stats()
-		rd := readiness(s)
+		rd := a.readiness(s)
 		return SetInfo{
 			Name: name, Kind: "set", Ready: s.Ready(), State: st.State.String(), Reason: st.Reason,
 			Filter: s.Family().Name, Capacity: st.Filter.Capacity, Items: st.Filter.Items, Bytes: st.Filter.Bytes,
@@ -458,7 +459,7 @@ func (a *api) contains(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	pos, at, ok := atParam(w, r)
+	pos, at, ok := a.atParam(w, r)
 	if !ok {
 		return
 	}
@@ -503,7 +504,7 @@ func (a *api) exists(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	pos, at, ok := atParam(w, r)
+	pos, at, ok := a.atParam(w, r)
 	if !ok {
 		return
 	}

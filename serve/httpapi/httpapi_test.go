@@ -17,6 +17,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/serve"
+	"github.com/bloomgate/bloomgate/source/postgres"
 	"github.com/bloomgate/bloomgate/source/sqlite"
 )
 
@@ -61,7 +62,8 @@ func TestHTTPAPI(t *testing.T) {
 	users.Create(ctx)
 	users.Load(ctx, 100, func(i int) string { return fmt.Sprintf("u%d@x", i) })
 	reg := prometheus.NewRegistry()
-	st, err := serve.Open(serve.Config{Sets: []serve.SetConfig{{
+	// Positions as bloomgate serve configures them (PostgreSQL's LSNs).
+	st, err := serve.Open(serve.Config{Positions: postgres.LSN, Sets: []serve.SetConfig{{
 		Name: "users", Source: users.Source(), Registerer: reg,
 		Confirm: sqlite.Confirm{DB: db, Query: "SELECT 1 FROM users WHERE email = ?"},
 	}}})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/internal/testsvc"
+	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
 // tableSet is a set kept in step with a test's table by the test itself
@@ -95,7 +96,7 @@ func newFrontEnd(t testing.TB, tweaks ...func(*Config)) *frontEnd {
 				if err := admin.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
 					return 0, err
 				}
-				return changefeed.ParsePosition(s)
+				return postgres.ParseLSN(s)
 			}}},
 		Registerer: reg,
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/serve"
+	"github.com/bloomgate/bloomgate/source/postgres"
 	"github.com/bloomgate/bloomgate/source/sqlite"
 )
 
@@ -38,7 +39,8 @@ func usersServer(t *testing.T) (host, port, dbPath string) {
 	if err := users.Load(ctx, 1000, func(i int) string { return fmt.Sprintf("user%d@example.com", i) }); err != nil {
 		t.Fatal(err)
 	}
-	st, err := serve.Open(serve.Config{Sets: []serve.SetConfig{{
+	// Positions as bloomgate serve configures them (PostgreSQL's LSNs).
+	st, err := serve.Open(serve.Config{Positions: postgres.LSN, Sets: []serve.SetConfig{{
 		Name: "users", Source: users.Source(), Normalizer: bloomgate.LowerTrim,
 		Confirm: sqlite.Confirm{DB: db, Query: "SELECT 1 FROM users WHERE email = lower(trim(?))"},
 	}}})

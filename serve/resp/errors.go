@@ -25,7 +25,6 @@ var codeText = map[serve.Code]string{
 	serve.CodeNoConfirm:         "ERR set has no confirm query",
 	serve.CodeRemoveUnsupported: "ERR filter cannot remove keys",
 	serve.CodeNoPosition:        "ERR set does not follow a change feed (follow no): it has no position; use BG.EXISTS",
-	serve.CodeBadPosition:       "ERR position is not an LSN such as 16/B374D848 or a decimal integer",
 }
 
 // logWriteText is Redis' reply when its append-only file cannot be written.

@@ -36,7 +36,7 @@ func TestErrorTexts(t *testing.T) {
 		{"bg.exists", serve.ErrNoConfirm, "ERR set has no confirm query"},
 		{"cf.del", serve.ErrRemoveFailed, "ERR filter cannot remove keys"},
 		{"bf.existsat", serve.ErrNoPosition, "ERR set does not follow a change feed (follow no): it has no position; use BG.EXISTS"},
-		{"bf.existsat", serve.ErrBadPosition, "ERR position is not an LSN such as 16/B374D848 or a decimal integer"},
+		{"bf.existsat", serve.ErrBadPosition, "ERR position is not a decimal integer"},
 		{"bf.add", serve.ErrLogWrite, "MISCONF Errors writing to the AOF file"},
 		{"bf.add", fmt.Errorf("%w: no space left on device", serve.ErrLogWrite), "MISCONF Errors writing to the AOF file: no space left on device"},
 		{"bf.add", &serve.Error{Code: serve.CodeAddFailed, Msg: "key refused"}, "ERR key refused"},

@@ -7,21 +7,17 @@ import (
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/version"
-	"github.com/bloomgate/bloomgate/serve"
 )
 
 // Read-your-writes commands for table-backed sets that follow a change
-// feed. The position is the writer's token, taken after its commit:
-//
-//	SELECT pg_current_wal_insert_lsn();   -- e.g. 16/B374D848
-//
-// (not pg_current_wal_lsn(): under synchronous_commit = off the WAL written
-// so far can end before the commit record).
+// feed. The position is the writer's token, taken after its commit, in the
+// store's notation (serve.Config.Positions) or as a decimal integer; for
+// PostgreSQL source/postgres.WritePosition says which position to take.
 
 // cmdBFExistsAt: BF.EXISTSAT set item position — 0 only if item is
 // definitely absent with every transaction up to position applied.
 func cmdBFExistsAt(c *conn, args [][]byte) {
-	pos, err := serve.ParsePosition(string(args[3]))
+	pos, err := c.s.store.ParsePosition(string(args[3]))
 	if err != nil {
 		c.replyErr(err)
 		return
@@ -36,7 +32,7 @@ func cmdBFExistsAt(c *conn, args [][]byte) {
 
 // cmdBGExistsAt: BG.EXISTSAT set key position — BG.EXISTS as of position.
 func cmdBGExistsAt(c *conn, args [][]byte) {
-	pos, err := serve.ParsePosition(string(args[3]))
+	pos, err := c.s.store.ParsePosition(string(args[3]))
 	if err != nil {
 		c.replyErr(err)
 		return
@@ -66,7 +62,7 @@ func (c *conn) infoBloomgate(b *strings.Builder) {
 		// The reason is free text: keep the line one INFO field.
 		reason := strings.NewReplacer(",", ";", "\r", " ", "\n", " ").Replace(st.Reason)
 		fmt.Fprintf(b, "set_%s:mode=%s,role=%s,state=%s,ready=%d,position=%s,lag_ms=%d,generation=%d,reason=%s\r\n",
-			set.Name(), st.Mode, st.Role, st.State, ready, st.Position, st.Lag/time.Millisecond, st.Generation, reason)
+			set.Name(), st.Mode, st.Role, st.State, ready, c.s.store.FormatPosition(st.Position), st.Lag/time.Millisecond, st.Generation, reason)
 	}
 	b.WriteString("\r\n")
 }

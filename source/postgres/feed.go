@@ -98,7 +98,7 @@ type FeedConfig struct {
 }
 
 func parseLSN(s string) (changefeed.Position, error) {
-	p, err := changefeed.ParsePosition(s)
+	p, err := ParseLSN(s)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: %w", err)
 	}
@@ -573,7 +573,7 @@ func (f *Feed) Confirm(ctx context.Context, p changefeed.Position) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if p > f.delivered {
-		return fmt.Errorf("%w: %s > %s", ErrNotDelivered, p, f.delivered)
+		return fmt.Errorf("%w: %s > %s", ErrNotDelivered, FormatLSN(p), FormatLSN(f.delivered))
 	}
 	if p > f.acked {
 		f.acked = p
@@ -772,7 +772,7 @@ func (f *Feed) streamOnce(ctx context.Context, apply func(changefeed.Txn) error)
 	from := f.delivered
 	if from < st.ConfirmedFlush {
 		f.mu.Unlock()
-		return false, fmt.Errorf("%w: %s < %s", ErrStalePosition, from, st.ConfirmedFlush)
+		return false, fmt.Errorf("%w: %s < %s", ErrStalePosition, FormatLSN(from), FormatLSN(st.ConfirmedFlush))
 	}
 	f.acked = max(f.acked, st.ConfirmedFlush)
 	f.mu.Unlock()
@@ -798,7 +798,7 @@ func (f *Feed) streamOnce(ctx context.Context, apply func(changefeed.Txn) error)
 	})
 	cancel()
 	if err != nil {
-		return false, f.wrap(ctx, sctx, "start replication at "+from.String(), err)
+		return false, f.wrap(ctx, sctx, "start replication at "+FormatLSN(from), err)
 	}
 	f.mu.Lock()
 	f.connected, f.lastErr = true, nil

@@ -117,7 +117,7 @@ func (fx *feedFixture) walEnd(t testing.TB) changefeed.Position {
 	if err := fx.pool.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
 		t.Fatal(err)
 	}
-	p, err := changefeed.ParsePosition(s)
+	p, err := postgres.ParseLSN(s)
 	if err != nil {
 		t.Fatal(err)
 	}

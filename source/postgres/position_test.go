@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func TestWritePositionReadYourWrites(t *testing.T) {
 		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
 			return 0, err
 		}
-		return changefeed.ParsePosition(s)
+		return postgres.ParseLSN(s)
 	}
 	for _, c := range []struct {
 		name  string
@@ -67,4 +68,39 @@ func TestWritePositionReadYourWrites(t *testing.T) {
 			t.Errorf("MayContainAt with WritePosition's token: %d of %d rows just committed answered absent", absent, c.n)
 		}
 	}
+}
+
+func TestLSN(t *testing.T) {
+	for s, want := range map[string]changefeed.Position{"0/0": 0, "16/B374D848": 0x16_B374D848, "FFFFFFFF/FFFFFFFF": ^changefeed.Position(0), "0/1878708": 0x1878708} {
+		p, err := postgres.ParseLSN(s)
+		if err != nil || p != want || postgres.FormatLSN(p) != s || postgres.LSN.Format(p) != s {
+			t.Errorf("%q: %v (%s), %v; want %v", s, p, postgres.FormatLSN(p), err, uint64(want))
+		}
+		if q, err := postgres.LSN.Parse(s); err != nil || q != want {
+			t.Errorf("LSN.Parse(%q) = %v, %v", s, q, err)
+		}
+	}
+	if p, err := postgres.ParseLSN("16/b374d848"); err != nil || p != 0x16_B374D848 {
+		t.Errorf("lower case: %v, %v", p, err)
+	}
+	for _, s := range []string{"", "1", "1/", "/1", "x/1", "1/100000000", "-1/1", "1/1/1", "+1/1"} {
+		if _, err := postgres.ParseLSN(s); !errors.Is(err, changefeed.ErrBadPosition) {
+			t.Errorf("%q: %v, want ErrBadPosition", s, err)
+		}
+	}
+}
+
+func FuzzParseLSN(f *testing.F) {
+	f.Add("16/B374D848")
+	f.Add("0/0")
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := postgres.ParseLSN(s)
+		if err != nil {
+			return
+		}
+		q, err := postgres.ParseLSN(postgres.FormatLSN(p))
+		if err != nil || q != p {
+			t.Fatalf("%q → %v → %q → %v, %v", s, uint64(p), postgres.FormatLSN(p), uint64(q), err)
+		}
+	})
 }
