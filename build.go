@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/filter"
 	"github.com/bloomgate/bloomgate/internal/backoff"
 )
@@ -14,21 +15,8 @@ import (
 const progressEvery = 1 << 16
 
 // A PartitionedSource is a Source that can also stream its keys as several
-// parts at once (source/postgres: block ranges of the table under one
-// snapshot, one COPY each). A build then normalises and hashes the keys on
-// the parts' goroutines, so on every core, and fills the filter from one.
-type PartitionedSource interface {
-	Source
-	// Parts returns how many parts ScanParts streams at once (at least 1).
-	Parts() int
-	// ScanParts calls fn(part, key) for every key, as Scan would deliver
-	// them: from up to Parts() goroutines at once, one call at a time per
-	// part, part in [0, Parts()). The slice is valid only during the call.
-	// It stops and returns fn's first error, or ctx's error when ctx is
-	// done. A ScanParts that returns nil has delivered every key that was
-	// committed when it started, across its parts.
-	ScanParts(ctx context.Context, fn func(part int, key []byte) error) error
-}
+// parts at once (changefeed.PartitionedSource).
+type PartitionedSource = changefeed.PartitionedSource
 
 // Warm builds the first filter from the source and makes the gate ready. It is
 // Rebuild under another name: calling it on a ready gate rebuilds.

@@ -18,49 +18,13 @@ import (
 )
 
 // Feed is a change feed with exact positions, such as PostgreSQL logical
-// replication (source/postgres.Feed). Rebuild and Confirm may run while
-// Stream does; no two Streams run at once.
-//
-// Optional capabilities, found by type assertion: Estimate(ctx) (int64,
-// error) sizes the first filter (else Config.Source's estimate, if set),
-// Err() error reports the error of the feed's last failed connection while
-// Stream retries on its own (it then appears in State's reason), and
-// SnapshotOnly() bool, when true, says the feed's filters come only from
-// FollowConfig.Snapshots (a fan-out instance: its Rebuild always fails), so
-// Follow never starts a rebuild of its own; such a feed implements
-// Generations, so that Follow swaps each newer filter in beside the stream,
-// or else ends its Stream when a newer filter is there to load. A Feed whose
-// head was read by another process implements RelayedHead.
-type Feed interface {
-	// Bootstrap starts the feed afresh: it calls fn for every key of the
-	// table at one consistent point and returns that point. Stream from it
-	// delivers exactly the transactions the keys do not reflect.
-	Bootstrap(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error)
-	// Rebuild is Bootstrap while a Stream goes on: the keys reflect exactly
-	// the transactions with Txn.Commit below the returned point.
-	Rebuild(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error)
-	// Stream calls apply, in order, for every committed transaction after
-	// from, and with progress markers (Txns without changes). An error
-	// wrapping changefeed.ErrRebuild means from cannot be resumed.
-	Stream(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error
-	// Head returns the position of the newest committed transaction now.
-	Head(ctx context.Context) (changefeed.Position, error)
-	// Confirm tells the feed that every transaction up to pos is durable
-	// on the gate's side, so it may release them.
-	Confirm(ctx context.Context, pos changefeed.Position) error
-}
+// replication (changefeed.Feed, which says what Follow expects of it and the
+// optional capabilities it looks for).
+type Feed = changefeed.Feed
 
-// RelayedHead is implemented by a Feed whose head was read from the
-// database by another process and relayed, such as a fan-out instance's
-// (the feeder's heartbeat). Follow then uses HeadAge instead of Head: it
-// returns a position the database had reached and an age — every
-// transaction committed more than age before HeadAge returned ends at or
-// before head — so that freshness is measured from the moment of the read,
-// not of the relay. An error (no such read yet, or a stale one) turns the
-// gate not ready once MaxLag has passed since the last head it had.
-type RelayedHead interface {
-	HeadAge(ctx context.Context) (head changefeed.Position, age time.Duration, err error)
-}
+// RelayedHead is implemented by a Feed whose head was read by another
+// process and relayed (changefeed.RelayedHead).
+type RelayedHead = changefeed.RelayedHead
 
 // Generations is implemented by a snapshot-only Feed whose filters are
 // built elsewhere and published as generations while it streams, such as a

@@ -20,7 +20,8 @@ import (
 // Snapshot errors.
 var (
 	// ErrNoSnapshot reports a SnapshotStore with no usable snapshot.
-	ErrNoSnapshot = errors.New("bloomgate: no usable snapshot")
+	// It is changefeed.ErrNoSnapshot.
+	ErrNoSnapshot = changefeed.ErrNoSnapshot
 	// ErrSnapshotCorrupt reports a snapshot that is truncated, damaged or
 	// fails its checksum.
 	ErrSnapshotCorrupt = errors.New("bloomgate: corrupt snapshot")
@@ -154,16 +155,8 @@ func (l *lenReader) Read(p []byte) (int, error) {
 func (l *lenReader) Len() int { return int(max(l.left, 0)) }
 
 // SnapshotStore keeps a gate's snapshots: a filter and the change-feed
-// position it reflects.
-type SnapshotStore interface {
-	// Save stores a snapshot taken at pos, written by write. Once it
-	// returns nil the snapshot survives a crash.
-	Save(ctx context.Context, pos changefeed.Position, write func(io.Writer) error) error
-	// Load calls try with the stored snapshots, newest first, until try
-	// returns nil, and returns nil then. It returns ErrNoSnapshot, joined
-	// with try's errors, when none is left.
-	Load(ctx context.Context, try func(r io.Reader) error) error
-}
+// position it reflects (changefeed.SnapshotStore).
+type SnapshotStore = changefeed.SnapshotStore
 
 // DirSnapshots returns a SnapshotStore keeping snapshots as files in dir
 // (created if missing), each written atomically (temporary file, fsync,

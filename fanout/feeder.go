@@ -22,7 +22,7 @@ import (
 type FeederConfig struct {
 	// Feed is the database's change feed, such as source/postgres.Feed.
 	// Required. Only the lease holder uses it.
-	Feed bloomgate.Feed
+	Feed changefeed.Feed
 	// Gate is the feeder's own gate: it follows Feed (its Config.Source
 	// sizes bootstraps) and its snapshots are the ones instances start
 	// from. Required; it may serve lookups too.
@@ -228,7 +228,7 @@ type mark struct {
 	cur Cursor
 }
 
-var _ bloomgate.Feed = (*publisher)(nil)
+var _ changefeed.Feed = (*publisher)(nil)
 
 // hold renews the lease until ctx is done or the lease is lost (then it
 // ends the term).

@@ -45,7 +45,7 @@ type InstanceConfig struct {
 	// newest, so a restart reads a local file and only the log's tail.
 	// Default: nil, Save does nothing and every start fetches the feeder's
 	// snapshot.
-	Local bloomgate.SnapshotStore
+	Local changefeed.SnapshotStore
 }
 
 // DefaultHeadTimeout is InstanceConfig.HeadTimeout's default.
@@ -161,9 +161,9 @@ type start struct {
 }
 
 var (
-	_ bloomgate.Feed        = (*Instance)(nil)
-	_ bloomgate.RelayedHead = (*Instance)(nil)
-	_ bloomgate.Generations = (*Instance)(nil)
+	_ changefeed.Feed        = (*Instance)(nil)
+	_ changefeed.RelayedHead = (*Instance)(nil)
+	_ bloomgate.Generations  = (*Instance)(nil)
 )
 
 // NewInstance returns the instance side of the set b describes. Adapters
@@ -184,7 +184,7 @@ func NewInstance(b Backend, cfg InstanceConfig) (*Instance, error) {
 // then the feeder's, newest first, then the older local ones; Save writes
 // to InstanceConfig.Local, and does nothing without one (only the feeder
 // uploads).
-func (in *Instance) Snapshots() bloomgate.SnapshotStore {
+func (in *Instance) Snapshots() changefeed.SnapshotStore {
 	return &instanceSnapshots{in: in, ss: snapshots{b: &in.b, local: in.cfg.Local, loaded: in.loaded, cursorOf: in.cursorOf}}
 }
 

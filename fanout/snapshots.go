@@ -11,7 +11,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
 )
 
@@ -100,8 +99,8 @@ var errOlder = errors.New("fanout: local snapshot older than the feeder's")
 // uploads and records) or an instance (Save writes to local, if any).
 type snapshots struct {
 	b     *Backend
-	pub   *publisher              // the feeder's; nil on an instance
-	local bloomgate.SnapshotStore // an instance's own, or nil
+	pub   *publisher               // the feeder's; nil on an instance
+	local changefeed.SnapshotStore // an instance's own, or nil
 	// loaded is told the record (or local cursor) a Load used.
 	loaded func(pos changefeed.Position, cur Cursor, term, gen uint64, local bool)
 	// cursorOf returns the cursor after pos, its term and the filter's
@@ -109,7 +108,7 @@ type snapshots struct {
 	cursorOf func(pos changefeed.Position) (Cursor, uint64, uint64, bool)
 }
 
-var _ bloomgate.SnapshotStore = (*snapshots)(nil)
+var _ changefeed.SnapshotStore = (*snapshots)(nil)
 
 // Save uploads the snapshot (the feeder's) or writes it to the local
 // store (an instance's; without one it does nothing).
@@ -249,7 +248,7 @@ func (ss *snapshots) Load(ctx context.Context, try func(r io.Reader) error) erro
 	if err != nil && ss.local == nil {
 		return err
 	}
-	errs := append([]error{bloomgate.ErrNoSnapshot}, refused...)
+	errs := append([]error{changefeed.ErrNoSnapshot}, refused...)
 	if err != nil {
 		errs = append(errs, err)
 	}

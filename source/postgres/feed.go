@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/internal/backoff"
 )
@@ -622,7 +621,7 @@ func (f *Feed) Head(ctx context.Context) (changefeed.Position, error) {
 	return parseLSN(lsn)
 }
 
-var _ bloomgate.Feed = (*Feed)(nil)
+var _ changefeed.Feed = (*Feed)(nil)
 
 // Err returns the error of the feed's last failed connection attempt or
 // stream while Stream retries, nil once connected again (Health().Err).

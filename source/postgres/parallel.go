@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/changefeed"
 )
 
 // Parallel scans.
@@ -29,7 +29,7 @@ import (
 // each key the snapshot sees exactly once: the keys a single COPY at that
 // snapshot would deliver.
 
-var _ bloomgate.PartitionedSource = (*Source)(nil)
+var _ changefeed.PartitionedSource = (*Source)(nil)
 
 // afterExport, when set (by tests), runs once the snapshot is exported and
 // before any part imports it.

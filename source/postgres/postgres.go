@@ -68,7 +68,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/changefeed"
 )
 
 // ErrBadQuery reports a key query that does not return exactly one column.
@@ -97,7 +97,7 @@ type Source struct {
 	table string // sanitised, or "" when unknown
 }
 
-var _ bloomgate.Source = (*Source)(nil)
+var _ changefeed.Source = (*Source)(nil)
 
 // New validates cfg and returns a Source.
 func New(cfg Config) (*Source, error) {

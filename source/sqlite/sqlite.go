@@ -15,7 +15,7 @@ import (
 
 	_ "modernc.org/sqlite" // registers driver "sqlite"
 
-	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/changefeed"
 )
 
 // ErrBadQuery reports a key query that does not return exactly one column.
@@ -55,7 +55,7 @@ type Source struct {
 	count string
 }
 
-var _ bloomgate.Source = (*Source)(nil)
+var _ changefeed.Source = (*Source)(nil)
 
 // New validates cfg and returns a Source.
 func New(cfg Config) (*Source, error) {
