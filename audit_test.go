@@ -5,15 +5,16 @@ import (
 	"testing"
 
 	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/internal/memfeed"
 )
 
 // TestSelfAudit: "absent" answers are sampled and checked against the table;
 // rows written behind the gate's back (no Add) are found, counted, and make
 // the gate fail open until a rebuild; honest answers raise no alarm.
 func TestSelfAudit(t *testing.T) {
-	src := newMemSource(keys("user", 1000)...)
+	src := memfeed.NewSource(keys("user", 1000)...)
 	g := newGate(t, bloomgate.Config{Source: src, AuditPerSecond: 1000,
-		Audit: func(_ context.Context, key []byte) (bool, error) { return src.has(string(key)), nil }})
+		Audit: func(_ context.Context, key []byte) (bool, error) { return src.Has(string(key)), nil }})
 	if err := g.Warm(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func TestSelfAudit(t *testing.T) {
 
 	sneaky := keys("sneaky", 2000)
 	for _, k := range sneaky {
-		src.insert(k) // committed without Add: the filter cannot know
+		src.Insert(k) // committed without Add: the filter cannot know
 	}
 	waitFor(t, func() bool {
 		for _, k := range sneaky {

@@ -8,20 +8,8 @@ import (
 	"testing"
 
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/memfeed"
 )
-
-type keysSource [][]byte
-
-func (s keysSource) Scan(ctx context.Context, fn func([]byte) error) error {
-	for _, k := range s {
-		if err := fn(k); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (s keysSource) Estimate(context.Context) (int64, error) { return int64(len(s)), nil }
 
 // TestAddManyMatchesAdd: AddMany answers, adds and counts exactly as a
 // MayContain and then an Add per key, one after the other (what BF.MADD on
@@ -33,15 +21,14 @@ func (s keysSource) Estimate(context.Context) (int64, error) { return int64(len(
 // together and an over-long key; the cuckoo filter fills up and refuses
 // keys; the first batches come before the gates are warm.
 func TestAddManyMatchesAdd(t *testing.T) {
-	table := make(keysSource, 40)
-	for i := range table {
-		table[i] = fmt.Appendf(nil, "row%d@example.com", i)
+	rows := make([][]byte, 40)
+	for i := range rows {
+		rows[i] = fmt.Appendf(nil, "row%d@example.com", i)
 	}
+	table := memfeed.NewSourceBytes(rows)
 	kinds := map[string]func(uint64, float64, uint64) (Filter, error){
-		"bloom": NewBloom,
-		"cuckoo": func(c uint64, p float64, seed uint64) (Filter, error) {
-			return filter.NewCuckoo(filter.CuckooConfig{Capacity: c, FPRate: p, Seed: seed})
-		},
+		"bloom":  NewBloom,
+		"cuckoo": NewCuckoo,
 	}
 	for kind, nf := range kinds {
 		for _, norm := range []Normalizer{Exact, LowerTrim} {
@@ -73,7 +60,7 @@ func TestAddManyMatchesAdd(t *testing.T) {
 						case i%11 == 5:
 							batch = append(batch, batch[i/2]) // a repeat within the batch
 						case i%13 == 7:
-							batch = append(batch, table[i%len(table)])
+							batch = append(batch, rows[i%len(rows)])
 						case i%17 == 3:
 							batch = append(batch, []byte(" USER"+fmt.Sprint(id-1)+"@Example.com"))
 						case round%9 == 8 && i == 100:
@@ -132,7 +119,7 @@ func TestAddManyMatchesAdd(t *testing.T) {
 }
 
 func TestAddManyAfterClose(t *testing.T) {
-	g, err := New(Config{Source: keysSource{}, MaxKeyLen: 8})
+	g, err := New(Config{Source: memfeed.NewSource(), MaxKeyLen: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

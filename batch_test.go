@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/internal/memfeed"
 )
 
 // TestMayContainManyMatchesSingle: batched answers equal one-at-a-time
@@ -24,7 +25,7 @@ func TestMayContainManyMatchesSingle(t *testing.T) {
 
 func testMayContainManyMatchesSingle(t *testing.T, present []string, norm bloomgate.Normalizer, nf func(uint64, float64, uint64) (bloomgate.Filter, error)) {
 	{
-		g := newGate(t, bloomgate.Config{Source: newMemSource(present...), FPRate: 0.05, MaxKeyLen: 40, Normalizer: norm, NewFilter: nf})
+		g := newGate(t, bloomgate.Config{Source: memfeed.NewSource(present...), FPRate: 0.05, MaxKeyLen: 40, Normalizer: norm, NewFilter: nf})
 		probe := func(ks []string) {
 			t.Helper()
 			bs := make([][]byte, len(ks))
@@ -101,7 +102,7 @@ func TestMayContainManyAllocs(t *testing.T) {
 }
 
 func testMayContainManyAllocs(t *testing.T, norm bloomgate.Normalizer) {
-	g := newGate(t, bloomgate.Config{Source: newMemSource(keys("user", 1000)...), Normalizer: norm})
+	g := newGate(t, bloomgate.Config{Source: memfeed.NewSource(keys("user", 1000)...), Normalizer: norm})
 	g.Warm(context.Background())
 	ks := keys("USER", 200)
 	bs := make([][]byte, len(ks))

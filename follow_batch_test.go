@@ -12,6 +12,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/memfeed"
 )
 
 // sizedTxnFeed streams, after an empty bootstrap, one transaction of each
@@ -74,7 +75,7 @@ func (f *sizedTxnFeed) Stream(ctx context.Context, from changefeed.Position, app
 // 31–33, 64, 65 and 1,000 inserts.
 func TestFollowBatchedApplyNoFalseNegative(t *testing.T) {
 	const capacity = 100_000
-	g, err := New(Config{Source: nopSource{}, Capacity: capacity, FPRate: 0.01})
+	g, err := New(Config{Source: memfeed.NewSource(), Capacity: capacity, FPRate: 0.01})
 	if err != nil {
 		t.Fatal(err)
 	}

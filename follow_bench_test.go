@@ -11,6 +11,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/memfeed"
 )
 
 // benchFeed is a feed whose table is keys 0..n-1 at position base, followed
@@ -57,11 +58,6 @@ func (f *benchFeed) Stream(ctx context.Context, from changefeed.Position, apply 
 	return ctx.Err()
 }
 
-type nopSource struct{ n int64 }
-
-func (s nopSource) Scan(context.Context, func([]byte) error) error { return nil }
-func (s nopSource) Estimate(context.Context) (int64, error)        { return s.n, nil }
-
 // BenchmarkFollowColdStart: time from Follow's start to Ready for a set of
 // BLOOMGATE_COLD_KEYS keys (default 10 M, Bloom at 0.1 %, default headroom),
 // from a local snapshot with nothing to catch up, from the snapshot with
@@ -105,7 +101,9 @@ func BenchmarkFollowColdStart(b *testing.B) {
 			feed := &benchFeed{n: n, base: base, catchUp: tc.catchUp}
 			var total time.Duration
 			for b.Loop() {
-				g, err := New(Config{Source: nopSource{int64(n)}})
+				src := memfeed.NewSource() // no rows, sized as n
+				src.SetEstimate(int64(n))
+				g, err := New(Config{Source: src})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -197,7 +195,7 @@ func (f *txnFeed) Stream(ctx context.Context, from changefeed.Position, apply fu
 //	go test -run '^$' -bench FollowApplyTxn -count 6 .
 func BenchmarkFollowApplyTxn(b *testing.B) {
 	const inserts = 1000
-	g, err := New(Config{Source: nopSource{}, Capacity: 1 << 24})
+	g, err := New(Config{Source: memfeed.NewSource(), Capacity: 1 << 24})
 	if err != nil {
 		b.Fatal(err)
 	}

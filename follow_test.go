@@ -18,157 +18,14 @@ import (
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/memfeed"
 )
 
-// memFeed is an in-memory table with a commit log, for driving Follow
-// precisely (pausing the stream, losing its position). The PostgreSQL feed is
-// tested against the real server in source/postgres. Transaction k commits at
-// position 2k and ends at 2k+1; a snapshot after it is at 2k+2.
-type memFeed struct {
-	mu        sync.Mutex
-	cond      *sync.Cond
-	rows      map[string]int
-	log       []changefeed.Txn
-	paused    bool
-	lost      bool // Stream fails with ErrRebuild until the next Bootstrap
-	confirmed changefeed.Position
-	headStuck bool // Head blocks until its context ends, like a stalled process
-	boots     int
-	rebuilds  int
-	bootErr   error         // Bootstrap fails with it while set
-	hold      chan struct{} // the next Rebuild waits until it is closed
-}
-
-func newMemFeed(keys ...string) *memFeed {
-	f := &memFeed{rows: map[string]int{}}
-	f.cond = sync.NewCond(&f.mu)
-	for _, k := range keys {
-		f.rows[k]++
-	}
-	return f
-}
-
-// commit applies a transaction to the table and appends it to the log.
-func (f *memFeed) commit(inserts, deletes []string) changefeed.Position {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	k := changefeed.Position(len(f.log) + 1)
-	t := changefeed.Txn{Commit: 2 * k, End: 2*k + 1}
-	for _, key := range inserts {
-		f.rows[key]++
-		t.Changes = append(t.Changes, changefeed.Change{Kind: changefeed.Insert, Key: []byte(key)})
-	}
-	for _, key := range deletes {
-		if f.rows[key]--; f.rows[key] <= 0 {
-			delete(f.rows, key)
-		}
-		t.Changes = append(t.Changes, changefeed.Change{Kind: changefeed.Delete, Key: []byte(key)})
-	}
-	f.log = append(f.log, t)
-	f.cond.Broadcast()
-	return t.End
-}
-
-func (f *memFeed) snapshot(fn func([]byte) error) (changefeed.Position, error) {
-	f.mu.Lock()
-	var keys []string
-	for k, n := range f.rows {
-		for range n {
-			keys = append(keys, k)
-		}
-	}
-	pos := changefeed.Position(2*len(f.log) + 2)
-	f.mu.Unlock()
-	for _, k := range keys {
-		if err := fn([]byte(k)); err != nil {
-			return 0, err
-		}
-	}
-	return pos, nil
-}
-
-func (f *memFeed) Bootstrap(ctx context.Context, fn func([]byte) error) (changefeed.Position, error) {
-	f.mu.Lock()
-	f.boots++
-	f.lost = false
-	err := f.bootErr
-	f.mu.Unlock()
-	if err != nil {
-		return 0, err
-	}
-	return f.snapshot(fn)
-}
-
-func (f *memFeed) Rebuild(ctx context.Context, fn func([]byte) error) (changefeed.Position, error) {
-	f.mu.Lock()
-	f.rebuilds++
-	hold := f.hold
-	f.hold = nil
-	f.mu.Unlock()
-	if hold != nil {
-		<-hold
-	}
-	return f.snapshot(fn)
-}
-
-func (f *memFeed) Head(ctx context.Context) (changefeed.Position, error) {
-	f.mu.Lock()
-	if f.headStuck {
-		f.mu.Unlock()
-		<-ctx.Done()
-		return 0, ctx.Err()
-	}
-	defer f.mu.Unlock()
-	if len(f.log) == 0 {
-		return 0, nil
-	}
-	return f.log[len(f.log)-1].End, nil
-}
-
-func (f *memFeed) Confirm(ctx context.Context, pos changefeed.Position) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.confirmed = max(f.confirmed, pos)
-	return nil
-}
-
-func (f *memFeed) Stream(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error {
-	stop := context.AfterFunc(ctx, func() { f.mu.Lock(); f.cond.Broadcast(); f.mu.Unlock() })
-	defer stop()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	i := 0
-	for i < len(f.log) && f.log[i].End <= from {
-		i++
-	}
-	for {
-		for ctx.Err() == nil && !f.lost && (f.paused || i == len(f.log)) {
-			f.cond.Wait()
-		}
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case f.lost:
-			return fmt.Errorf("slot gone: %w", changefeed.ErrRebuild)
-		}
-		t := f.log[i]
-		i++
-		f.mu.Unlock()
-		err := apply(t)
-		f.mu.Lock()
-		if err != nil {
-			return err
-		}
-	}
-}
-
-func (f *memFeed) setPaused(p bool) { f.mu.Lock(); f.paused = p; f.cond.Broadcast(); f.mu.Unlock() }
-
 // follow starts Follow on a new gate and waits until it is ready.
-func follow(t *testing.T, feed *memFeed, gcfg bloomgate.Config, fcfg bloomgate.FollowConfig) (*bloomgate.Gate, func()) {
+func follow(t *testing.T, feed *memfeed.Feed, gcfg bloomgate.Config, fcfg bloomgate.FollowConfig) (*bloomgate.Gate, func()) {
 	t.Helper()
 	if gcfg.Source == nil {
-		gcfg.Source = newMemSource() // Follow uses only its estimate
+		gcfg.Source = memfeed.NewSource() // Follow uses only its estimate
 	}
 	g := newGate(t, gcfg)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -199,8 +56,8 @@ func TestFollowEveryWriter(t *testing.T) {
 		newFilter func(uint64, float64, uint64) (bloomgate.Filter, error)
 	}{{"bloom", bloomgate.NewBloom}, {"cuckoo", bloomgate.NewCuckoo}, {"counting", bloomgate.NewCounting}} {
 		t.Run(kind.name, func(t *testing.T) {
-			feed := newMemFeed(keys("user", 5000)...)
-			g, stop := follow(t, feed, bloomgate.Config{Source: newMemSource(keys("user", 5000)...), FPRate: 0.001,
+			feed := memfeed.NewFeed(keys("user", 5000)...)
+			g, stop := follow(t, feed, bloomgate.Config{Source: memfeed.NewSource(keys("user", 5000)...), FPRate: 0.001,
 				NewFilter: kind.newFilter, CheckInterval: time.Millisecond, RebuildInterval: 50 * time.Millisecond},
 				bloomgate.FollowConfig{})
 			defer stop()
@@ -226,13 +83,13 @@ func TestFollowEveryWriter(t *testing.T) {
 				})
 			}
 			for i, k := range ks {
-				pos := feed.commit([]string{k}, nil)
+				pos := feed.Commit([]string{k}, nil)
 				waitApplied(t, g, pos)
 				live[i].Store(true)
 				if i%3 == 0 && i > 0 { // delete an earlier one
 					j := i - 1
 					live[j].Store(false)
-					waitApplied(t, g, feed.commit(nil, []string{ks[j]}))
+					waitApplied(t, g, feed.Commit(nil, []string{ks[j]}))
 				}
 			}
 			cancel()
@@ -270,18 +127,18 @@ func TestFollowEveryWriter(t *testing.T) {
 // TestFollowMaxLag: a stalled feed makes the gate fail open within MaxLag,
 // and catching up makes it ready again.
 func TestFollowMaxLag(t *testing.T) {
-	feed := newMemFeed(keys("user", 100)...)
+	feed := memfeed.NewFeed(keys("user", 100)...)
 	g, stop := follow(t, feed, bloomgate.Config{}, bloomgate.FollowConfig{MaxLag: 50 * time.Millisecond})
 	defer stop()
-	feed.setPaused(true)
-	feed.commit([]string{"late@example.com"}, nil)
+	feed.SetPaused(true)
+	feed.Commit([]string{"late@example.com"}, nil)
 	waitFor(t, func() bool { return !g.Ready() })
 	if !g.MayContainString("late@example.com") {
 		t.Fatal("a row committed while the feed stalled was reported absent")
 	}
 	// The lag checker then says why.
 	waitFor(t, func() bool { st, reason := g.State(); return st == bloomgate.StateDegraded && reason != "" })
-	feed.setPaused(false)
+	feed.SetPaused(false)
 	waitFor(t, g.Ready)
 	checkNoFalseNegatives(t, g, []string{"late@example.com"})
 }
@@ -289,15 +146,11 @@ func TestFollowMaxLag(t *testing.T) {
 // TestFollowResync: a feed that loses the gate's position makes it fail
 // open and bootstrap again, with the rows committed meanwhile.
 func TestFollowResync(t *testing.T) {
-	feed := newMemFeed(keys("user", 100)...)
+	feed := memfeed.NewFeed(keys("user", 100)...)
 	g, stop := follow(t, feed, bloomgate.Config{}, bloomgate.FollowConfig{})
 	defer stop()
-	feed.mu.Lock()
-	feed.lost = true
-	feed.rows["during@example.com"] = 1 // committed, never streamed: only a bootstrap sees it
-	feed.cond.Broadcast()
-	feed.mu.Unlock()
-	waitFor(t, func() bool { feed.mu.Lock(); defer feed.mu.Unlock(); return feed.boots == 2 })
+	feed.Lose("during@example.com") // committed, never streamed: only a bootstrap sees it
+	waitFor(t, func() bool { return feed.Boots() == 2 })
 	waitFor(t, g.Ready)
 	checkNoFalseNegatives(t, g, append(keys("user", 100), "during@example.com"))
 }
@@ -307,21 +160,19 @@ func TestFollowResync(t *testing.T) {
 // confirms to the feed only positions its snapshots hold.
 func TestFollowSnapshotRestart(t *testing.T) {
 	dir := t.TempDir()
-	feed := newMemFeed(keys("user", 20000)...)
-	est := newMemSource(keys("user", 20000)...) // sizes the filter: no overfill rebuild
+	feed := memfeed.NewFeed(keys("user", 20000)...)
+	est := memfeed.NewSource(keys("user", 20000)...) // sizes the filter: no overfill rebuild
 	store := bloomgate.DirSnapshots(dir)
 	fcfg := bloomgate.FollowConfig{Identity: "users.email", Snapshots: store, SnapshotInterval: time.Hour}
 	g, stop := follow(t, feed, bloomgate.Config{Source: est}, fcfg)
-	waitApplied(t, g, feed.commit([]string{"before@example.com"}, nil))
+	waitApplied(t, g, feed.Commit([]string{"before@example.com"}, nil))
 	stop() // snapshots on shutdown
 	g.Close()
-	feed.mu.Lock()
-	confirmed, boots := feed.confirmed, feed.boots
-	feed.mu.Unlock()
+	confirmed, boots := feed.Confirmed(), feed.Boots()
 	if confirmed != 3 || boots != 1 {
 		t.Fatalf("confirmed %v, bootstraps %d; want the last position 3 and one bootstrap", confirmed, boots)
 	}
-	feed.commit([]string{"while-down@example.com"}, []string{"user7@example.com"})
+	feed.Commit([]string{"while-down@example.com"}, []string{"user7@example.com"})
 
 	var logs syncBuffer
 	g2, stop2 := follow(t, feed, bloomgate.Config{Source: est, Logger: slogTo(&logs)}, fcfg)
@@ -332,9 +183,7 @@ func TestFollowSnapshotRestart(t *testing.T) {
 		}
 	}()
 	checkNoFalseNegatives(t, g2, append(keys("user", 20000)[8:], "before@example.com", "while-down@example.com"))
-	feed.mu.Lock()
-	boots = feed.boots
-	feed.mu.Unlock()
+	boots = feed.Boots()
 	if boots != 1 || g2.Stats().Builds != 0 {
 		t.Fatalf("restart bootstrapped (%d bootstraps, %d builds) instead of loading the snapshot", boots, g2.Stats().Builds)
 	}
@@ -345,10 +194,10 @@ func TestFollowSnapshotRestart(t *testing.T) {
 // older one or bootstraps.
 func TestFollowBadSnapshots(t *testing.T) {
 	dir := t.TempDir()
-	feed := newMemFeed(keys("user", 1000)...)
+	feed := memfeed.NewFeed(keys("user", 1000)...)
 	fcfg := bloomgate.FollowConfig{Identity: "users.email", Snapshots: bloomgate.DirSnapshots(dir), SnapshotInterval: time.Hour}
 	g, stop := follow(t, feed, bloomgate.Config{}, fcfg)
-	waitApplied(t, g, feed.commit([]string{"a@example.com"}, nil))
+	waitApplied(t, g, feed.Commit([]string{"a@example.com"}, nil))
 	stop()
 	g.Close()
 	names, _ := filepath.Glob(filepath.Join(dir, "*.bgsnap"))
@@ -368,9 +217,7 @@ func TestFollowBadSnapshots(t *testing.T) {
 	if !bytes.Contains([]byte(logs.String()), []byte("skipping snapshot")) {
 		t.Fatalf("corrupt snapshot not reported:\n%s", logs.String())
 	}
-	feed.mu.Lock()
-	boots := feed.boots
-	feed.mu.Unlock()
+	boots := feed.Boots()
 	if boots != 1 {
 		t.Fatalf("%d bootstraps: the older snapshot was not used", boots)
 	}
@@ -380,9 +227,7 @@ func TestFollowBadSnapshots(t *testing.T) {
 	g3, stop3 := follow(t, feed, bloomgate.Config{}, other)
 	defer stop3()
 	checkNoFalseNegatives(t, g3, append(keys("user", 1000), "a@example.com"))
-	feed.mu.Lock()
-	boots = feed.boots
-	feed.mu.Unlock()
+	boots = feed.Boots()
 	if boots != 2 {
 		t.Fatalf("%d bootstraps: a snapshot of another set was used", boots)
 	}
@@ -392,15 +237,13 @@ func TestFollowBadSnapshots(t *testing.T) {
 // process paused past MaxLag, here a Head that never returns), lookups fail
 // open once MaxLag has passed since the last check, before any state change.
 func TestFollowStaleCheckerFailsOpen(t *testing.T) {
-	feed := newMemFeed(keys("user", 100)...)
+	feed := memfeed.NewFeed(keys("user", 100)...)
 	g, stop := follow(t, feed, bloomgate.Config{}, bloomgate.FollowConfig{MaxLag: 100 * time.Millisecond})
 	defer stop()
 	if g.MayContainString("nobody@example.com") && g.MayContainString("nobody2@example.com") && g.MayContainString("nobody3@example.com") {
 		t.Fatal("three absent keys all maybe: the filter does not answer")
 	}
-	feed.mu.Lock()
-	feed.headStuck = true
-	feed.mu.Unlock()
+	feed.SetHeadStuck(true)
 	waitFor(t, func() bool { return !g.Ready() })
 	for _, k := range keys("nobody", 100) {
 		if !g.MayContainString(k) {
@@ -418,8 +261,8 @@ func TestFollowStaleCheckerFailsOpen(t *testing.T) {
 // bloomgate_feed_errors_total{cause="setup"} counts it and the log says it
 // at error level. Fixing the setup makes the gate ready without a restart.
 func TestFollowSetupError(t *testing.T) {
-	feed := newMemFeed(keys("user", 100)...)
-	feed.bootErr = fmt.Errorf("permission denied for table users: %w", changefeed.ErrSetup)
+	feed := memfeed.NewFeed(keys("user", 100)...)
+	feed.SetBootstrapErr(fmt.Errorf("permission denied for table users: %w", changefeed.ErrSetup))
 	var logs syncBuffer
 	reg := prometheus.NewRegistry()
 	g := newGate(t, bloomgate.Config{Logger: slogTo(&logs), Registerer: reg})
@@ -443,9 +286,7 @@ func TestFollowSetupError(t *testing.T) {
 	if n := feedErrors(t, reg, "setup"); n < 1 {
 		t.Fatalf("feed_errors_total{cause=setup} = %v", n)
 	}
-	feed.mu.Lock()
-	feed.bootErr = nil
-	feed.mu.Unlock()
+	feed.SetBootstrapErr(nil)
 	waitFor(t, g.Ready)
 	checkNoFalseNegatives(t, g, keys("user", 100))
 }
@@ -479,11 +320,11 @@ func feedErrors(t *testing.T, reg *prometheus.Registry, cause string) float64 {
 // Before, Follow read time.Now and the fake clock changed nothing.
 func TestFollowClock(t *testing.T) {
 	clock := newFakeClock()
-	feed := newMemFeed(keys("user", 100)...)
+	feed := memfeed.NewFeed(keys("user", 100)...)
 	g, stop := follow(t, feed, bloomgate.Config{Now: clock.Now}, bloomgate.FollowConfig{MaxLag: time.Hour})
 	defer stop()
-	feed.setPaused(true)
-	feed.commit([]string{"late@example.com"}, nil)
+	feed.SetPaused(true)
+	feed.Commit([]string{"late@example.com"}, nil)
 	if !g.Ready() {
 		t.Fatal("not ready before the clock moved")
 	}
@@ -492,7 +333,7 @@ func TestFollowClock(t *testing.T) {
 		t.Fatal("still answering two hours (by Config.Now) past the last lag check")
 	}
 	waitFor(t, func() bool { st, r := g.State(); return st == bloomgate.StateDegraded && strings.Contains(r, "MaxLag") })
-	feed.setPaused(false)
+	feed.SetPaused(false)
 	waitFor(t, g.Ready)
 	checkNoFalseNegatives(t, g, []string{"late@example.com"})
 }
@@ -500,7 +341,7 @@ func TestFollowClock(t *testing.T) {
 // TestWaitReady: WaitReady returns once Follow has made the gate ready, and
 // with ctx's error and the state's reason when it does not in time.
 func TestWaitReady(t *testing.T) {
-	feed := newMemFeed(keys("user", 100)...)
+	feed := memfeed.NewFeed(keys("user", 100)...)
 	g := newGate(t, bloomgate.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -509,15 +350,15 @@ func TestWaitReady(t *testing.T) {
 	if err := g.WaitReady(context.Background()); err != nil || !g.Ready() {
 		t.Fatalf("WaitReady: %v, ready %v", err, g.Ready())
 	}
-	feed.setPaused(true)
-	feed.commit([]string{"x@example.com"}, nil)
+	feed.SetPaused(true)
+	feed.Commit([]string{"x@example.com"}, nil)
 	waitFor(t, func() bool { return !g.Ready() })
 	short, scancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer scancel()
 	if err := g.WaitReady(short); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "MaxLag") {
 		t.Fatalf("WaitReady on a stalled feed: %v", err)
 	}
-	feed.setPaused(false)
+	feed.SetPaused(false)
 	if err := g.WaitReady(context.Background()); err != nil || !g.Ready() {
 		t.Fatalf("WaitReady: %v, ready %v", err, g.Ready())
 	}
@@ -526,14 +367,12 @@ func TestWaitReady(t *testing.T) {
 // startHeldRebuild makes the scheduled rebuild (RebuildInterval one hour)
 // due and starts it by a transaction t0@example.com; the feed's Rebuild
 // waits until the returned channel is closed.
-func startHeldRebuild(t *testing.T, g *bloomgate.Gate, feed *memFeed, clock *fakeClock) chan struct{} {
+func startHeldRebuild(t *testing.T, g *bloomgate.Gate, feed *memfeed.Feed, clock *fakeClock) chan struct{} {
 	t.Helper()
 	hold := make(chan struct{})
-	feed.mu.Lock()
-	feed.hold = hold
-	feed.mu.Unlock()
+	feed.HoldRebuild(hold)
 	clock.Advance(2 * time.Hour)                                    // the schedule is due
-	waitApplied(t, g, feed.commit([]string{"t0@example.com"}, nil)) // its apply starts the rebuild, which waits
+	waitApplied(t, g, feed.Commit([]string{"t0@example.com"}, nil)) // its apply starts the rebuild, which waits
 	return hold
 }
 
@@ -546,20 +385,20 @@ func startHeldRebuild(t *testing.T, g *bloomgate.Gate, feed *memFeed, clock *fak
 // before the fix: items 103 for 102 keys, one remove of an absent key.
 func TestFollowRebuildAheadOfStream(t *testing.T) {
 	clock := newFakeClock()
-	feed := newMemFeed(keys("user", 100)...)
+	feed := memfeed.NewFeed(keys("user", 100)...)
 	g, stop := follow(t, feed, bloomgate.Config{Now: clock.Now, NewFilter: bloomgate.NewCuckoo, RebuildInterval: time.Hour,
 		CheckInterval: time.Nanosecond}, bloomgate.FollowConfig{MaxLag: time.Hour})
 	defer stop()
-	waitApplied(t, g, feed.commit([]string{"k@example.com"}, nil)) // k reaches the serving filter
+	waitApplied(t, g, feed.Commit([]string{"k@example.com"}, nil)) // k reaches the serving filter
 	hold := startHeldRebuild(t, g, feed, clock)
-	feed.setPaused(true)
-	feed.commit(nil, []string{"k@example.com"}) // not streamed yet, and not in the rebuild's copy
-	feed.commit([]string{"m@example.com"}, nil) // not streamed yet, and in the rebuild's copy
+	feed.SetPaused(true)
+	feed.Commit(nil, []string{"k@example.com"}) // not streamed yet, and not in the rebuild's copy
+	feed.Commit([]string{"m@example.com"}, nil) // not streamed yet, and in the rebuild's copy
 	close(hold)
-	waitFor(t, func() bool { feed.mu.Lock(); defer feed.mu.Unlock(); return feed.rebuilds == 1 })
+	waitFor(t, func() bool { return feed.Rebuilds() == 1 })
 	waitFor(t, func() bool { return g.Stats().Builds == 2 && g.Stats().State == bloomgate.StateReady })
-	feed.setPaused(false)
-	waitApplied(t, g, feed.commit(nil, nil))
+	feed.SetPaused(false)
+	waitApplied(t, g, feed.Commit(nil, nil))
 	live := append(keys("user", 100), "t0@example.com", "m@example.com")
 	checkNoFalseNegatives(t, g, live)
 	st := g.Stats()
@@ -575,12 +414,12 @@ func TestFollowRebuildAheadOfStream(t *testing.T) {
 // fills it through a builder and holds such adds until the swap.
 func TestFollowRebuildKeepsAdds(t *testing.T) {
 	clock := newFakeClock()
-	feed := newMemFeed(keys("user", 100)...)
+	feed := memfeed.NewFeed(keys("user", 100)...)
 	g, stop := follow(t, feed, bloomgate.Config{Now: clock.Now, RebuildInterval: time.Hour,
 		CheckInterval: time.Nanosecond}, bloomgate.FollowConfig{MaxLag: time.Hour})
 	defer stop()
 	hold := startHeldRebuild(t, g, feed, clock)
-	waitFor(t, func() bool { feed.mu.Lock(); defer feed.mu.Unlock(); return feed.rebuilds == 1 })
+	waitFor(t, func() bool { return feed.Rebuilds() == 1 })
 	if err := g.AddString("pending@example.com"); err != nil {
 		t.Fatal(err)
 	}
@@ -596,7 +435,7 @@ func TestFollowRebuildKeepsAdds(t *testing.T) {
 	// new filter, not by failing open, once it applies a transaction
 	// committed now. Its table is almost empty, so a key never added is
 	// absent.
-	waitApplied(t, g, feed.commit(nil, nil))
+	waitApplied(t, g, feed.Commit(nil, nil))
 	waitFor(t, func() bool { return !g.MayContainString("never@example.com") })
 	checkNoFalseNegatives(t, g, append(keys("user", 100), "t0@example.com", "pending@example.com", "pending-many@example.com"))
 }

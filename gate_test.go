@@ -15,63 +15,9 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/memfeed"
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
-
-// memSource is an in-memory Source for driving the gate's state machine
-// precisely (pausing a scan, failing it halfway). The real databases are
-// tested in source/sqlite and source/postgres.
-type memSource struct {
-	mu      sync.Mutex
-	keys    map[string]bool
-	failAt  int           // fail the scan after this many keys (0: never)
-	pauseAt int           // after this many keys, signal paused and wait for resume
-	paused  chan struct{} // closed when the scan reaches pauseAt
-	resume  chan struct{}
-}
-
-func newMemSource(keys ...string) *memSource {
-	s := &memSource{keys: map[string]bool{}}
-	for _, k := range keys {
-		s.keys[k] = true
-	}
-	return s
-}
-
-func (s *memSource) insert(k string) { s.mu.Lock(); s.keys[k] = true; s.mu.Unlock() }
-func (s *memSource) delete(k string) { s.mu.Lock(); delete(s.keys, k); s.mu.Unlock() }
-
-// has is the "database" lookup.
-func (s *memSource) has(k string) bool { s.mu.Lock(); defer s.mu.Unlock(); return s.keys[k] }
-
-func (s *memSource) Scan(ctx context.Context, fn func([]byte) error) error {
-	s.mu.Lock()
-	snap := make([]string, 0, len(s.keys)) // a snapshot, like a database's
-	for k := range s.keys {
-		snap = append(snap, k)
-	}
-	failAt, pauseAt, paused, resume := s.failAt, s.pauseAt, s.paused, s.resume
-	s.mu.Unlock()
-	for i, k := range snap {
-		if failAt > 0 && i == failAt {
-			return errors.New("connection lost")
-		}
-		if pauseAt > 0 && i == pauseAt {
-			close(paused)
-			<-resume
-		}
-		if err := fn([]byte(k)); err != nil {
-			return err
-		}
-	}
-	return ctx.Err()
-}
-
-func (s *memSource) Estimate(context.Context) (int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return int64(len(s.keys)), nil
-}
 
 func keys(prefix string, n int) []string {
 	out := make([]string, n)
@@ -102,10 +48,10 @@ func checkNoFalseNegatives(t *testing.T, g *bloomgate.Gate, ks []string) {
 
 func TestNewInvalid(t *testing.T) {
 	for name, cfg := range map[string]bloomgate.Config{
-		"fp rate 1":        {Source: newMemSource(), FPRate: 1},
-		"fp rate negative": {Source: newMemSource(), FPRate: -0.1},
-		"overfill < 1":     {Source: newMemSource(), OverfillFactor: 0.5},
-		"negative key len": {Source: newMemSource(), MaxKeyLen: -1},
+		"fp rate 1":        {Source: memfeed.NewSource(), FPRate: 1},
+		"fp rate negative": {Source: memfeed.NewSource(), FPRate: -0.1},
+		"overfill < 1":     {Source: memfeed.NewSource(), OverfillFactor: 0.5},
+		"negative key len": {Source: memfeed.NewSource(), MaxKeyLen: -1},
 	} {
 		if _, err := bloomgate.New(cfg); !errors.Is(err, bloomgate.ErrInvalidConfig) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
@@ -130,7 +76,7 @@ func TestNoSourceWarmRunFail(t *testing.T) {
 }
 
 func TestFailOpenUntilWarm(t *testing.T) {
-	src := newMemSource(keys("user", 1000)...)
+	src := memfeed.NewSource(keys("user", 1000)...)
 	g := newGate(t, bloomgate.Config{Source: src})
 	if st, reason := g.State(); st != bloomgate.StateWarming || reason == "" || g.Ready() {
 		t.Fatalf("new gate: %v %q", st, reason)
@@ -144,7 +90,7 @@ func TestFailOpenUntilWarm(t *testing.T) {
 	fetched := 0
 	_, found, err := bloomgate.Lookup(context.Background(), g, "user1@example.com", func(context.Context) (int, bool, error) {
 		fetched++
-		return 1, src.has("user1@example.com"), nil
+		return 1, src.Has("user1@example.com"), nil
 	})
 	if err != nil || !found || fetched != 1 {
 		t.Fatalf("Lookup before warm: found=%v fetched=%d err=%v", found, fetched, err)
@@ -172,8 +118,8 @@ func TestFailOpenUntilWarm(t *testing.T) {
 }
 
 func TestFailedWarmFailsOpen(t *testing.T) {
-	src := newMemSource(keys("user", 5000)...)
-	src.failAt = 2500
+	src := memfeed.NewSource(keys("user", 5000)...)
+	src.FailAt(2500)
 	var last bloomgate.Progress
 	g := newGate(t, bloomgate.Config{Source: src, OnProgress: func(p bloomgate.Progress) { last = p }})
 	if err := g.Warm(context.Background()); err == nil {
@@ -191,7 +137,7 @@ func TestFailedWarmFailsOpen(t *testing.T) {
 			t.Fatal("degraded gate answered absent")
 		}
 	}
-	src.failAt = 0
+	src.FailAt(0)
 	if err := g.Warm(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -202,12 +148,12 @@ func TestFailedWarmFailsOpen(t *testing.T) {
 }
 
 func TestFailedRebuildKeepsServing(t *testing.T) {
-	src := newMemSource(keys("user", 2000)...)
+	src := memfeed.NewSource(keys("user", 2000)...)
 	g := newGate(t, bloomgate.Config{Source: src})
 	if err := g.Warm(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	src.failAt = 1000
+	src.FailAt(1000)
 	if err := g.Rebuild(context.Background()); err == nil {
 		t.Fatal("rebuild over a failing source succeeded")
 	}
@@ -223,7 +169,7 @@ func TestFailedRebuildKeepsServing(t *testing.T) {
 func TestRebuildKeepsConcurrentChanges(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	clock := func() time.Time { return now }
-	src := newMemSource(keys("user", 3000)...)
+	src := memfeed.NewSource(keys("user", 3000)...)
 	g := newGate(t, bloomgate.Config{Source: src, Now: clock, RebuildOverlap: time.Minute})
 	if err := g.Warm(context.Background()); err != nil {
 		t.Fatal(err)
@@ -236,26 +182,26 @@ func TestRebuildKeepsConcurrentChanges(t *testing.T) {
 	// A key added long ago and committed: in the snapshot anyway.
 	now = now.Add(30 * time.Second)
 
-	src.pauseAt, src.paused, src.resume = 1500, make(chan struct{}), make(chan struct{})
+	paused, resume := src.PauseAt(1500)
 	done := make(chan error)
 	go func() { done <- g.Rebuild(context.Background()) }()
-	<-src.paused
+	<-paused
 	if st, _ := g.State(); st != bloomgate.StateRebuilding || !g.Ready() {
 		t.Fatalf("state %v during rebuild", st)
 	}
 	during := keys("during", 500)
 	for _, k := range during {
-		src.insert(k) // not in the paused scan's snapshot
+		src.Insert(k) // not in the paused scan's snapshot
 		if err := g.AddString(k); err != nil {
 			t.Fatal(err)
 		}
 	}
 	checkNoFalseNegatives(t, g, during)
-	close(src.resume)
+	resume()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	src.insert("inflight@example.com") // commits after the snapshot
+	src.Insert("inflight@example.com") // commits after the snapshot
 	checkNoFalseNegatives(t, g, keys("user", 3000))
 	checkNoFalseNegatives(t, g, during)
 	checkNoFalseNegatives(t, g, []string{"inflight@example.com"})
@@ -267,7 +213,7 @@ func TestRebuildKeepsConcurrentChanges(t *testing.T) {
 // TestConcurrentNoFalseNegatives runs lookups, adds, removes and rebuilds
 // together; every key acknowledged and not removed must always be present.
 func TestConcurrentNoFalseNegatives(t *testing.T) {
-	src := newMemSource(keys("user", 20000)...)
+	src := memfeed.NewSource(keys("user", 20000)...)
 	g := newGate(t, bloomgate.Config{Source: src, FPRate: 0.01})
 	if err := g.Warm(context.Background()); err != nil {
 		t.Fatal(err)
@@ -279,7 +225,7 @@ func TestConcurrentNoFalseNegatives(t *testing.T) {
 	var failures atomic.Int64
 	wg.Go(func() { // writer: insert row, Add, acknowledge
 		for i, k := range added {
-			src.insert(k)
+			src.Insert(k)
 			if err := g.AddString(k); err != nil {
 				t.Error(err)
 				return
@@ -289,7 +235,7 @@ func TestConcurrentNoFalseNegatives(t *testing.T) {
 	})
 	wg.Go(func() { // remover: deletes old users; removed keys are not checked
 		for _, k := range keys("user", 20000)[10000:] {
-			src.delete(k)
+			src.Delete(k)
 			g.RemoveString(k)
 		}
 	})
@@ -333,13 +279,13 @@ func TestConcurrentNoFalseNegatives(t *testing.T) {
 
 func TestLookupCountsAndCoalesces(t *testing.T) {
 	present := keys("user", 5000)
-	src := newMemSource(present...)
+	src := memfeed.NewSource(present...)
 	g := newGate(t, bloomgate.Config{Source: src, FPRate: 0.01})
 	if err := g.Warm(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	fetch := func(k string) func(context.Context) (string, bool, error) {
-		return func(context.Context) (string, bool, error) { return k, src.has(k), nil }
+		return func(context.Context) (string, bool, error) { return k, src.Has(k), nil }
 	}
 	absent := keys("nobody", 50000)
 	for _, k := range absent {
@@ -391,7 +337,7 @@ func TestLookupCountsAndCoalesces(t *testing.T) {
 }
 
 func TestNormalizer(t *testing.T) {
-	src := newMemSource("Alice@Example.COM ", "bob@example.com", "ÉLODIE@example.com", "bad\xff@example.com", "")
+	src := memfeed.NewSource("Alice@Example.COM ", "bob@example.com", "ÉLODIE@example.com", "bad\xff@example.com", "")
 	g := newGate(t, bloomgate.Config{Source: src, Normalizer: bloomgate.LowerTrim})
 	if err := g.Warm(context.Background()); err != nil {
 		t.Fatal(err)
@@ -402,14 +348,14 @@ func TestNormalizer(t *testing.T) {
 	}
 	checkNoFalseNegatives(t, g, []string{"new@example.com"})
 	custom := bloomgate.CustomNormalizer(func(dst, key []byte) []byte { return append(dst, strings.TrimPrefix(string(key), "id:")...) })
-	g2 := newGate(t, bloomgate.Config{Source: newMemSource("42"), Normalizer: custom})
+	g2 := newGate(t, bloomgate.Config{Source: memfeed.NewSource("42"), Normalizer: custom})
 	g2.Warm(context.Background())
 	checkNoFalseNegatives(t, g2, []string{"id:42", "42"})
 }
 
 func TestLongAndEmptyKeys(t *testing.T) {
 	long := strings.Repeat("x", 100)
-	src := newMemSource("short", long, "")
+	src := memfeed.NewSource("short", long, "")
 	g := newGate(t, bloomgate.Config{Source: src, MaxKeyLen: 50})
 	if err := g.Warm(context.Background()); err != nil {
 		t.Fatal(err)
@@ -439,7 +385,7 @@ func (f *refusingFilter) AddHash(h uint64) error {
 }
 
 func TestRefusedAddDegrades(t *testing.T) {
-	src := newMemSource(keys("user", 100)...)
+	src := memfeed.NewSource(keys("user", 100)...)
 	limit := int64(150)
 	g := newGate(t, bloomgate.Config{Source: src, NewFilter: func(n uint64, p float64, seed uint64) (bloomgate.Filter, error) {
 		b, err := filter.NewBloom(filter.BloomConfig{Capacity: n, FPRate: p, Seed: seed})
@@ -471,7 +417,7 @@ func TestRefusedAddDegrades(t *testing.T) {
 	// A rebuild with a filter big enough recovers.
 	limit = 1 << 30
 	for _, k := range keys("new", 100) {
-		src.insert(k)
+		src.Insert(k)
 	}
 	if err := g.Rebuild(context.Background()); err != nil {
 		t.Fatal(err)
@@ -484,14 +430,14 @@ func TestRefusedAddDegrades(t *testing.T) {
 
 func TestRunTriggers(t *testing.T) {
 	t.Run("overfill", func(t *testing.T) {
-		src := newMemSource(keys("user", 1000)...)
+		src := memfeed.NewSource(keys("user", 1000)...)
 		g := newGate(t, bloomgate.Config{Source: src, Capacity: 1000, FPRate: 0.01, CheckInterval: time.Millisecond})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go g.Run(ctx)
 		waitFor(t, func() bool { return g.Stats().Builds == 1 })
 		for _, k := range keys("more", 2000) { // 3× capacity
-			src.insert(k)
+			src.Insert(k)
 			g.AddString(k)
 		}
 		// Capacity is fixed, so each rebuild is overfilled again; two
@@ -500,14 +446,14 @@ func TestRunTriggers(t *testing.T) {
 		checkNoFalseNegatives(t, g, keys("more", 2000))
 	})
 	t.Run("unapplied removes", func(t *testing.T) {
-		src := newMemSource(keys("user", 1000)...)
+		src := memfeed.NewSource(keys("user", 1000)...)
 		g := newGate(t, bloomgate.Config{Source: src, CheckInterval: time.Millisecond, RemoveRebuildRatio: 0.05})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go g.Run(ctx)
 		waitFor(t, func() bool { return g.Stats().Builds == 1 })
 		for _, k := range keys("user", 1000)[:100] {
-			src.delete(k)
+			src.Delete(k)
 			if err := g.RemoveString(k); !errors.Is(err, bloomgate.ErrRemoveUnsupported) {
 				t.Fatalf("Remove on a Bloom: %v", err)
 			}
@@ -528,7 +474,7 @@ func TestRunTriggers(t *testing.T) {
 		now := time.Unix(0, 0)
 		var mu sync.Mutex
 		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-		g := newGate(t, bloomgate.Config{Source: newMemSource("a"), CheckInterval: time.Millisecond, RebuildInterval: time.Hour, Now: clock})
+		g := newGate(t, bloomgate.Config{Source: memfeed.NewSource("a"), CheckInterval: time.Millisecond, RebuildInterval: time.Hour, Now: clock})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go g.Run(ctx)
@@ -549,7 +495,7 @@ func waitFor(t *testing.T, cond func() bool) {
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	src := newMemSource(keys("user", 100)...)
+	src := memfeed.NewSource(keys("user", 100)...)
 	g := newGate(t, bloomgate.Config{Source: src, Registerer: reg})
 	g.MayContainString("before-warm")
 	g.Warm(context.Background())
@@ -603,7 +549,7 @@ bloomgate_swaps_total 0
 
 func TestMayContainAllocs(t *testing.T) {
 	for _, norm := range []bloomgate.Normalizer{bloomgate.Exact, bloomgate.LowerTrim} {
-		g := newGate(t, bloomgate.Config{Source: newMemSource(keys("user", 100)...), Normalizer: norm})
+		g := newGate(t, bloomgate.Config{Source: memfeed.NewSource(keys("user", 100)...), Normalizer: norm})
 		g.Warm(context.Background())
 		key := []byte("User5@Example.com")
 		if n := testing.AllocsPerRun(1000, func() { g.MayContain(key) }); n != 0 {
@@ -615,13 +561,9 @@ func TestMayContainAllocs(t *testing.T) {
 	}
 }
 
-// staleSource under-reports its size, like reltuples before ANALYZE.
-type staleSource struct{ *memSource }
-
-func (staleSource) Estimate(context.Context) (int64, error) { return 10, nil }
-
 func TestStaleEstimateDoesNotShrink(t *testing.T) {
-	src := staleSource{newMemSource(keys("user", 20000)...)}
+	src := memfeed.NewSource(keys("user", 20000)...)
+	src.SetEstimate(10) // under-reports its size, like reltuples before ANALYZE
 	g := newGate(t, bloomgate.Config{Source: src, FPRate: 0.01})
 	if err := g.Warm(context.Background()); err != nil {
 		t.Fatal(err)
@@ -643,7 +585,7 @@ func TestStaleEstimateDoesNotShrink(t *testing.T) {
 }
 
 func TestRemoveWithCuckoo(t *testing.T) {
-	src := newMemSource(keys("user", 5000)...)
+	src := memfeed.NewSource(keys("user", 5000)...)
 	clock := newFakeClock()
 	g := newGate(t, bloomgate.Config{Source: src, FPRate: 0.001, NewFilter: bloomgate.NewCuckoo, Now: clock.Now})
 	if err := g.Warm(context.Background()); err != nil {
@@ -652,7 +594,7 @@ func TestRemoveWithCuckoo(t *testing.T) {
 	clock.Advance(time.Minute) // RebuildOverlap after the build started: removes apply
 	gone := keys("user", 5000)[:2500]
 	for _, k := range gone {
-		src.delete(k)
+		src.Delete(k)
 		if err := g.RemoveString(k); err != nil {
 			t.Fatalf("Remove(%q): %v", k, err)
 		}

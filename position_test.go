@@ -4,26 +4,27 @@ import (
 	"testing"
 
 	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/internal/memfeed"
 )
 
 // TestMayContainAt: a reader holding a writer's token gets "maybe" until the
 // gate has applied the token's position, and MayContain's answer after.
 func TestMayContainAt(t *testing.T) {
-	feed := newMemFeed(keys("user", 100)...)
-	g, stop := follow(t, feed, bloomgate.Config{Source: newMemSource(keys("user", 100)...)}, bloomgate.FollowConfig{})
+	feed := memfeed.NewFeed(keys("user", 100)...)
+	g, stop := follow(t, feed, bloomgate.Config{Source: memfeed.NewSource(keys("user", 100)...)}, bloomgate.FollowConfig{})
 	defer stop()
 	if g.MayContainAt([]byte("never"), g.Position()) {
 		t.Fatal("an absent key at the applied position: maybe")
 	}
-	feed.setPaused(true)
-	tok := feed.commit([]string{"new"}, nil)
+	feed.SetPaused(true)
+	tok := feed.Commit([]string{"new"}, nil)
 	if g.Position() >= tok {
 		t.Fatalf("position %v already at the token %v of a paused feed", g.Position(), tok)
 	}
 	if !g.MayContainAt([]byte("new"), tok) || !g.MayContainAt([]byte("never"), tok) {
 		t.Fatal("MayContainAt below the token answered absent")
 	}
-	feed.setPaused(false)
+	feed.SetPaused(false)
 	waitApplied(t, g, tok)
 	if g.Position() < tok {
 		t.Fatalf("Position %v after applying %v", g.Position(), tok)

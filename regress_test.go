@@ -12,6 +12,7 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/memfeed"
 )
 
 // fakeClock is a clock tests move by hand.
@@ -37,7 +38,7 @@ func TestRemoveAfterRebuildKeepsOtherKeys(t *testing.T) {
 				n = 50000
 			}
 			all := keys("user", n)
-			src := newMemSource(all...)
+			src := memfeed.NewSource(all...)
 			clock := newFakeClock()
 			newFilter := bloomgate.NewCounting
 			if kind == "cuckoo" {
@@ -51,7 +52,7 @@ func TestRemoveAfterRebuildKeepsOtherKeys(t *testing.T) {
 			clock.Advance(time.Hour)
 			gone, kept := all[:n/10], all[n/10:]
 			for _, k := range gone {
-				src.delete(k) // committed
+				src.Delete(k) // committed
 			}
 			if err := g.Rebuild(ctx); err != nil { // its snapshot lacks them
 				t.Fatal(err)
@@ -105,7 +106,7 @@ func TestExpiringFilterRefused(t *testing.T) {
 // Regression: EmptyFetches counted every coalesced caller while Fetches
 // counted the shared fetch once.
 func TestCoalescedEmptyFetchCountsOnce(t *testing.T) {
-	src := newMemSource(keys("user", 1000)...)
+	src := memfeed.NewSource(keys("user", 1000)...)
 	g := newGate(t, bloomgate.Config{Source: src, FPRate: 0.2, Capacity: 1000})
 	if err := g.Warm(context.Background()); err != nil {
 		t.Fatal(err)
@@ -150,7 +151,7 @@ func TestCoalescedEmptyFetchCountsOnce(t *testing.T) {
 // the rebuilding → ready change.
 func TestRebuildLogsStateChanges(t *testing.T) {
 	var buf syncBuffer
-	g := newGate(t, bloomgate.Config{Source: newMemSource("a"), Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	g := newGate(t, bloomgate.Config{Source: memfeed.NewSource("a"), Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	ctx := context.Background()
 	if err := g.Warm(ctx); err != nil {
 		t.Fatal(err)
@@ -188,7 +189,7 @@ func TestCustomNormalizerGetsACopy(t *testing.T) {
 		}
 		return append(dst, key...)
 	})
-	g := newGate(t, bloomgate.Config{Source: newMemSource("ALICE"), Normalizer: upperInPlace})
+	g := newGate(t, bloomgate.Config{Source: memfeed.NewSource("ALICE"), Normalizer: upperInPlace})
 	if err := g.Warm(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +214,7 @@ func TestJournalBounded(t *testing.T) {
 	for _, rate := range []int{1000, 5000} {
 		clock := newFakeClock()
 		overlap := time.Minute
-		g := newGate(t, bloomgate.Config{Source: newMemSource(), Now: clock.Now, RebuildOverlap: overlap})
+		g := newGate(t, bloomgate.Config{Source: memfeed.NewSource(), Now: clock.Now, RebuildOverlap: overlap})
 		if err := g.Warm(context.Background()); err != nil {
 			t.Fatal(err)
 		}

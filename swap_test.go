@@ -12,14 +12,15 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/internal/memfeed"
 )
 
 // genFeed is a fan-out instance in miniature: a snapshot-only feed over a
-// memFeed, whose filters are another gate's snapshots (the feeder's),
+// memfeed.Feed, whose filters are another gate's snapshots (the feeder's),
 // each published as a new generation. The instance's own stream can be
 // held, to put it behind a snapshot.
 type genFeed struct {
-	*memFeed
+	*memfeed.Feed
 	mu      sync.Mutex
 	snap    genSnap // the newest published
 	served  uint64
@@ -46,8 +47,8 @@ var (
 	_ bloomgate.Generations = (*genFeed)(nil)
 )
 
-func newGenFeed(f *memFeed) *genFeed {
-	gf := &genFeed{memFeed: f, newer: make(chan struct{}, 1)}
+func newGenFeed(f *memfeed.Feed) *genFeed {
+	gf := &genFeed{Feed: f, newer: make(chan struct{}, 1)}
 	gf.cond = sync.NewCond(&gf.mu)
 	return gf
 }
@@ -64,11 +65,11 @@ func (f *genFeed) Rebuild(context.Context, func([]byte) error) (changefeed.Posit
 	return 0, errSnapshotOnly
 }
 
-// Stream is the memFeed's, waiting while the stream is held.
+// Stream is the memfeed.Feed's, waiting while the stream is held.
 func (f *genFeed) Stream(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error {
 	stop := context.AfterFunc(ctx, func() { f.hold(f.isHeld()) })
 	defer stop()
-	return f.memFeed.Stream(ctx, from, func(t changefeed.Txn) error {
+	return f.Feed.Stream(ctx, from, func(t changefeed.Txn) error {
 		f.mu.Lock()
 		for f.held && ctx.Err() == nil {
 			f.cond.Wait()
@@ -107,7 +108,7 @@ func (f *genFeed) LoadNewer(ctx context.Context, try func(io.Reader) error) (uin
 
 // CatchUp reads the same log a second time.
 func (f *genFeed) CatchUp(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error {
-	return f.memFeed.Stream(ctx, from, apply)
+	return f.Feed.Stream(ctx, from, apply)
 }
 
 func (f *genFeed) Swapped(pos changefeed.Position, gen uint64) {
@@ -180,10 +181,11 @@ func TestGenerationSwapWithoutFailOpen(t *testing.T) {
 		newFilter func(uint64, float64, uint64) (bloomgate.Filter, error)
 	}{{"bloom", bloomgate.NewBloom}, {"cuckoo", bloomgate.NewCuckoo}} {
 		t.Run(kind.name, func(t *testing.T) {
-			mf := newMemFeed()
+			var pre []string
 			for i := range 1000 {
-				mf.rows[fmt.Sprintf("pre%d", i)]++
+				pre = append(pre, fmt.Sprintf("pre%d", i))
 			}
+			mf := memfeed.NewFeed(pre...)
 			gf := newGenFeed(mf)
 			cfg := bloomgate.Config{NewFilter: kind.newFilter, FPRate: 0.01}
 			_, stopFeeder := follow(t, mf, cfg, bloomgate.FollowConfig{Snapshots: feederStore{gf}, SnapshotInterval: 1})
@@ -199,7 +201,7 @@ func TestGenerationSwapWithoutFailOpen(t *testing.T) {
 			// once it has applied its commit.
 			var mu sync.Mutex
 			live := map[string]changefeed.Position{}
-			for k := range mf.rows {
+			for _, k := range mf.Keys() {
 				live[k] = 0
 			}
 			var stop atomic.Bool
@@ -236,7 +238,7 @@ func TestGenerationSwapWithoutFailOpen(t *testing.T) {
 					}
 				}
 				mu.Unlock()
-				pos := mf.commit(ins, del)
+				pos := mf.Commit(ins, del)
 				mu.Lock()
 				for _, k := range ins {
 					live[k] = pos
@@ -258,7 +260,7 @@ func TestGenerationSwapWithoutFailOpen(t *testing.T) {
 					}
 					gf.mu.Unlock()
 					if at == 0 {
-						mf.commit(nil, nil)
+						mf.Commit(nil, nil)
 					}
 					return at != 0
 				})
@@ -351,7 +353,7 @@ func TestGenerationSwapWithoutFailOpen(t *testing.T) {
 func followFeed(t *testing.T, feed bloomgate.Feed, gcfg bloomgate.Config, fcfg bloomgate.FollowConfig) (*bloomgate.Gate, func()) {
 	t.Helper()
 	if gcfg.Source == nil {
-		gcfg.Source = newMemSource()
+		gcfg.Source = memfeed.NewSource()
 	}
 	g := newGate(t, gcfg)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -374,10 +376,11 @@ func followFeed(t *testing.T, feed bloomgate.Feed, gcfg bloomgate.Config, fcfg b
 // started afresh) is loaded as at a start instead: the instance fails open
 // for the moment, then serves it, and no live key is ever absent.
 func TestGenerationSwapFallsBack(t *testing.T) {
-	mf := newMemFeed()
+	var pre []string
 	for i := range 500 {
-		mf.rows[fmt.Sprintf("pre%d", i)]++
+		pre = append(pre, fmt.Sprintf("pre%d", i))
 	}
+	mf := memfeed.NewFeed(pre...)
 	gf := newGenFeed(mf)
 	gf.at = func() changefeed.Position { return 0 }
 	cfg := bloomgate.Config{FPRate: 0.01}
@@ -385,14 +388,14 @@ func TestGenerationSwapFallsBack(t *testing.T) {
 	waitFor(t, func() bool { gf.mu.Lock(); defer gf.mu.Unlock(); return gf.snap.data != nil })
 	inst, stopInst := followFeed(t, gf, cfg, bloomgate.FollowConfig{Snapshots: instanceStore{gf}})
 	defer stopInst()
-	p := mf.commit([]string{"a", "b"}, nil)
+	p := mf.Commit([]string{"a", "b"}, nil)
 	waitApplied(t, inst, p)
 	stopFeeder()
 
 	// A new feeder, a new seed.
 	_, stopFeeder2 := follow(t, mf, cfg, bloomgate.FollowConfig{Snapshots: feederStore{gf}, SnapshotInterval: 1})
 	defer stopFeeder2()
-	p = mf.commit([]string{"c"}, nil)
+	p = mf.Commit([]string{"c"}, nil)
 	var gen uint64
 	waitFor(t, func() bool {
 		gf.mu.Lock()
@@ -400,7 +403,7 @@ func TestGenerationSwapFallsBack(t *testing.T) {
 		ok := gf.snap.pos >= p
 		gf.mu.Unlock()
 		if !ok { // a snapshot skipped while the one before was written
-			mf.commit(nil, nil)
+			mf.Commit(nil, nil)
 		}
 		return ok
 	})

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/memfeed"
 )
 
 // dumpOf returns the key's dump.
@@ -123,7 +125,7 @@ func compareBloomKeys(t *testing.T, a, b *Store, keys map[string]BloomParams, it
 // new to its gate and 0 for a repeat within the command or an item added
 // before, and every item is found at once.
 func TestBFMAddSet(t *testing.T) {
-	s := openStore(t, Config{Sets: []SetConfig{{Name: "users", Source: emptySource{}}}})
+	s := openStore(t, Config{Sets: []SetConfig{{Name: "users", Source: memfeed.NewSource()}}})
 	for !s.Ready() {
 		time.Sleep(time.Millisecond)
 	}

@@ -1,20 +1,13 @@
 package serve
 
 import (
-	"context"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/cputime"
+	"github.com/bloomgate/bloomgate/internal/memfeed"
 )
-
-// emptySource is a table with no rows and a fixed estimate, for a set whose
-// keys all come through BF.MADD.
-type emptySource struct{ n int64 }
-
-func (emptySource) Scan(context.Context, func([]byte) error) error { return nil }
-func (e emptySource) Estimate(context.Context) (int64, error)      { return e.n, nil }
 
 // BenchmarkBFMAdd: one BF.MADD of 100 new items (Store.Add, memory only,
 // so no log write), into a standalone key reserved for 16 M items at 1 %
@@ -58,7 +51,9 @@ func BenchmarkBFMAdd(b *testing.B) {
 		run(b, s, "bf")
 	})
 	b.Run("set", func(b *testing.B) {
-		s, err := Open(Config{Sets: []SetConfig{{Name: "users", Source: emptySource{1 << 23}, Capacity: 1 << 24}}})
+		src := memfeed.NewSource() // no rows: every key comes through BF.MADD
+		src.SetEstimate(1 << 23)
+		s, err := Open(Config{Sets: []SetConfig{{Name: "users", Source: src, Capacity: 1 << 24}}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -10,23 +10,10 @@ import (
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/filter"
+	"github.com/bloomgate/bloomgate/internal/memfeed"
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/serve"
 )
-
-// fixedSource is a table of the given keys.
-type fixedSource []string
-
-func (f fixedSource) Scan(ctx context.Context, fn func([]byte) error) error {
-	for _, k := range f {
-		if err := fn([]byte(k)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (f fixedSource) Estimate(context.Context) (int64, error) { return int64(len(f)), nil }
 
 // TestSetRefusedKey: a key the set's gate refuses (longer than its
 // MaxKeyLen) is an error reply on BF.ADD and CF.ADD, and the server goes on
@@ -34,7 +21,7 @@ func (f fixedSource) Estimate(context.Context) (int64, error) { return int64(len
 // gate answers "maybe" for such a key, so CF.ADDNX skips it: 0.
 func TestSetRefusedKey(t *testing.T) {
 	st, err := serve.Open(serve.Config{Sets: []serve.SetConfig{{
-		Name: "users", Source: fixedSource{"a@example.com"}, Family: filter.FamilyCuckoo,
+		Name: "users", Source: memfeed.NewSource("a@example.com"), Family: filter.FamilyCuckoo,
 	}}})
 	if err != nil {
 		t.Fatal(err)
