@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/bloomgate/bloomgate/internal/demo"
+	"github.com/bloomgate/bloomgate/internal/memfeed"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -226,4 +227,45 @@ func expiringHeld(b []bool, k serve.Kind) ([]bool, error) {
 		return nil, serve.ErrWrongType
 	}
 	return b, nil
+}
+
+// TestSetFamilies: a set's filter is any family of the registry a gate can
+// use: its gate builds that family (a cuckoo filter for FamilyCuckoo, which
+// grows past its capacity instead of refusing keys); a family whose adds take
+// an expiry is refused with its name.
+func TestSetFamilies(t *testing.T) {
+	for _, fam := range filter.Families() {
+		t.Run(fam.Name, func(t *testing.T) {
+			s, err := serve.Open(serve.Config{Sets: []serve.SetConfig{{
+				Name: "users", Source: memfeed.NewSource("a@example.com", "b@example.com"), Family: fam, Capacity: 100,
+			}}})
+			if fam.New == nil {
+				if err == nil || !strings.Contains(err.Error(), fam.Name) {
+					s.Close()
+					t.Fatalf("Open with family %s: %v, want an error naming it", fam.Name, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			waitReady(t, s)
+			set := s.Set("users")
+			if set.Family() != fam || set.Stats().Filter.Kind != fam.Kind {
+				t.Fatalf("Family() %v, filter %v; want %v", set.Family(), set.Stats().Filter.Kind, fam)
+			}
+			if fam == filter.FamilyCuckoo {
+				// More keys than the capacity: a set's cuckoo filter grows.
+				for i := range 1000 {
+					if _, stop, err := s.Add("users", [][]byte{fmt.Appendf(nil, "k%d", i)}, serve.AddOptions{}); err != nil || stop != nil {
+						t.Fatalf("add %d: %v, %v", i, stop, err)
+					}
+				}
+				if !set.Ready() {
+					t.Fatalf("cuckoo set not ready after growing: %+v", set.Status())
+				}
+			}
+		})
+	}
 }

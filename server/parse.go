@@ -370,7 +370,7 @@ func (s *setDecl) apply(l confLine) error {
 	case "kind":
 		k, ok := parseKind(l.value)
 		if !ok {
-			return l.errorf("want bloom, cuckoo or expiring")
+			return l.errorf("want %s", kindChoices())
 		}
 		s.Kind = k
 	case "normalize":
@@ -520,6 +520,16 @@ func (l confLine) bytes() (int64, error) {
 		return 0, l.errorf("want a size such as 1048576, 100mb or 2gb")
 	}
 	return n * mult, nil
+}
+
+// kindChoices lists the kinds as the config file names them: "bloom,
+// cuckoo or expiring".
+func kindChoices() string {
+	var names []string
+	for k := range Kind(len(kindFamilies)) {
+		names = append(names, k.String())
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // parseKind returns the kind the config file names name.

@@ -135,6 +135,7 @@ func TestParseServeFileErrors(t *testing.T) {
 		{"set s {\n  postgres x\n  table t\n  column c\n  fanout redis\n  redis redis://x\n}\n", `set "s": fanout: give fanout-key-file`},
 		{"set s {\n  postgres x\n  table t\n  column c\n  fanout redis\n  redis redis://x\n  fanout-key-file k\n  fanout-unsigned yes\n}\n", `contradict each other`},
 		{"set s {\n  postgres x\n  table t\n  column c\n  fanout-unsigned yes\n}\n", `set "s": fanout-unsigned: give fanout`},
+		{"set s {\n  sqlite x\n  query q\n  follow no\n  kind counting\n}\n", `line 5: kind: want bloom, cuckoo or expiring`},
 		{"preauth-timeout 0s\n", "line 1: preauth-timeout: want a duration above zero"},
 		{"auth-failure-delay -1s\n", "line 1: auth-failure-delay: want a duration above zero"},
 		{"preauth-maxclients 0\n", "line 1: preauth-maxclients: want a positive integer"},
