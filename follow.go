@@ -28,29 +28,9 @@ type RelayedHead = changefeed.RelayedHead
 
 // Generations is implemented by a snapshot-only Feed whose filters are
 // built elsewhere and published as generations while it streams, such as a
-// fan-out instance (the feeder's rebuilds). Follow then swaps each newer
-// generation in beside the running stream, with no moment of failing open:
-// the serving filter keeps answering and following while the newer one is
-// loaded (LoadNewer) and caught up (CatchUp) to the serving filter's
-// position; at that position readers switch with one atomic store, and
-// Swapped tells the feed. A swap that cannot complete (a hash seed that
-// differs, a filter that refuses a key, a catch-up that fails) ends the
-// Stream, and Follow loads the newest snapshot as at a start.
-type Generations interface {
-	// Newer receives when a newer generation than the one served is
-	// published.
-	Newer() <-chan struct{}
-	// LoadNewer calls try with the newest generation's snapshot, if it is
-	// newer than the one served, and returns its generation (0, and try not
-	// called: none newer).
-	LoadNewer(ctx context.Context, try func(r io.Reader) error) (gen uint64, err error)
-	// CatchUp calls apply, in order, for every transaction after from, the
-	// position of the snapshot LoadNewer loaded last, while Stream goes on,
-	// until ctx is done or apply fails (CatchUp returns apply's error).
-	CatchUp(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error
-	// Swapped says that the generation LoadNewer loaded serves from pos on.
-	Swapped(pos changefeed.Position, gen uint64)
-}
+// fan-out instance (changefeed.Generations, which says how Follow swaps
+// them in).
+type Generations = changefeed.Generations
 
 // generationOf is implemented by a Feed that knows the generation of the
 // snapshot Follow loaded last (a fan-out instance).

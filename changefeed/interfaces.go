@@ -53,7 +53,7 @@ type PartitionedSource interface {
 // Stream retries on its own (it then appears in the gate's State reason),
 // and SnapshotOnly() bool, when true, says the feed's filters come only from
 // snapshots (a fan-out instance: its Rebuild always fails), so the gate never
-// starts a rebuild of its own; such a feed implements bloomgate.Generations,
+// starts a rebuild of its own; such a feed implements Generations,
 // so that the gate swaps each newer filter in beside the stream, or else
 // ends its Stream when a newer filter is there to load. A Feed whose head was
 // read by another process implements RelayedHead.
@@ -86,6 +86,32 @@ type Feed interface {
 // gate not ready once its MaxLag has passed since the last head it had.
 type RelayedHead interface {
 	HeadAge(ctx context.Context) (head Position, age time.Duration, err error)
+}
+
+// Generations is implemented by a snapshot-only Feed whose filters are
+// built elsewhere and published as generations while it streams, such as a
+// fan-out instance (the feeder's rebuilds). A following gate then swaps
+// each newer generation in beside the running stream, with no moment of
+// failing open: the serving filter keeps answering and following while the
+// newer one is loaded (LoadNewer) and caught up (CatchUp) to the serving filter's
+// position; at that position readers switch with one atomic store, and
+// Swapped tells the feed. A swap that cannot complete (a hash seed that
+// differs, a filter that refuses a key, a catch-up that fails) ends the
+// Stream, and the gate loads the newest snapshot as at a start.
+type Generations interface {
+	// Newer receives when a newer generation than the one served is
+	// published.
+	Newer() <-chan struct{}
+	// LoadNewer calls try with the newest generation's snapshot, if it is
+	// newer than the one served, and returns its generation (0, and try not
+	// called: none newer).
+	LoadNewer(ctx context.Context, try func(r io.Reader) error) (gen uint64, err error)
+	// CatchUp calls apply, in order, for every transaction after from, the
+	// position of the snapshot LoadNewer loaded last, while Stream goes on,
+	// until ctx is done or apply fails (CatchUp returns apply's error).
+	CatchUp(ctx context.Context, from Position, apply func(Txn) error) error
+	// Swapped says that the generation LoadNewer loaded serves from pos on.
+	Swapped(pos Position, gen uint64)
 }
 
 // ErrNoSnapshot reports a SnapshotStore with no usable snapshot.

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/defaults"
@@ -79,7 +78,7 @@ const DefaultHeadTimeout = 5 * time.Second
 //     generation of its filter (one more with every bootstrap or rebuild of
 //     the feeder's gate). A running Stream reads the record every half
 //     second (Head reads it too); when it is of a newer generation, Follow
-//     (through bloomgate.Generations: Newer, LoadNewer, CatchUp, Swapped)
+//     (through changefeed.Generations: Newer, LoadNewer, CatchUp, Swapped)
 //     loads it while the old filter serves, catches it up from the log to
 //     the old one's position and swaps it in there, never failing open:
 //     an instance's false-positive rate follows the feeder's while it
@@ -108,7 +107,7 @@ type Instance struct {
 	loadErr   error                   // why the last Load found nothing usable
 	gen       uint64                  // the generation of the filter served
 	restart   context.CancelCauseFunc // ends the running Stream
-	// Swaps beside the stream (bloomgate.Generations): swaps is set once
+	// Swaps beside the stream (changefeed.Generations): swaps is set once
 	// Follow asks for Newer; newer signals a newer record; next is where
 	// the catch-up of the generation LoadNewer loaded reads from.
 	swaps    bool
@@ -163,7 +162,7 @@ type start struct {
 var (
 	_ changefeed.Feed        = (*Instance)(nil)
 	_ changefeed.RelayedHead = (*Instance)(nil)
-	_ bloomgate.Generations  = (*Instance)(nil)
+	_ changefeed.Generations = (*Instance)(nil)
 )
 
 // NewInstance returns the instance side of the set b describes. Adapters
@@ -361,7 +360,7 @@ func (in *Instance) read(ctx context.Context, st start, from changefeed.Position
 	})
 }
 
-// Newer implements bloomgate.Generations: it receives when the newest
+// Newer implements changefeed.Generations: it receives when the newest
 // snapshot record is of a newer filter than the one served. Once Follow has
 // asked for it, a newer record no longer ends the Stream: Follow swaps the
 // newer filter in beside it.
@@ -372,7 +371,7 @@ func (in *Instance) Newer() <-chan struct{} {
 	return in.newer
 }
 
-// LoadNewer implements bloomgate.Generations: it calls try with the
+// LoadNewer implements changefeed.Generations: it calls try with the
 // feeder's newest snapshot if its generation is newer than the one served,
 // and remembers where the log continues after it, for CatchUp.
 func (in *Instance) LoadNewer(ctx context.Context, try func(r io.Reader) error) (uint64, error) {
@@ -397,7 +396,7 @@ func (in *Instance) LoadNewer(ctx context.Context, try func(r io.Reader) error) 
 	return r.Gen, nil
 }
 
-// CatchUp implements bloomgate.Generations: it applies the log after from,
+// CatchUp implements changefeed.Generations: it applies the log after from,
 // the position of the snapshot LoadNewer loaded, with every check Stream
 // makes, beside the running Stream.
 func (in *Instance) CatchUp(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error {
@@ -410,7 +409,7 @@ func (in *Instance) CatchUp(ctx context.Context, from changefeed.Position, apply
 	return in.read(ctx, st, from, apply, false)
 }
 
-// Swapped implements bloomgate.Generations: generation gen serves from pos
+// Swapped implements changefeed.Generations: generation gen serves from pos
 // on.
 func (in *Instance) Swapped(pos changefeed.Position, gen uint64) {
 	in.mu.Lock()
