@@ -1,0 +1,462 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bloomgate/bloomgate/internal/testsvc"
+)
+
+// The articles' workload through the PostgreSQL front end: psycopg2 worker
+// processes (testdata/pgwire/lookups.py) look users up by email, most keys
+// absent, while a writer inserts rows; every "no row" is checked afterwards
+// against the commit times of the writer's rows.
+
+const usersAnswer = "SELECT id, email, name FROM users WHERE email = $1"
+
+// usersFront is a private cluster with users(id, email, name), a server
+// whose set follows it with the front end in front, and the writer's
+// commit times.
+type usersFront struct {
+	pg       *testsvc.PG
+	bin      string
+	conf     string
+	srv      *server
+	addr     string // the front end
+	httpAddr string
+}
+
+// startUsersFront creates the table with rows keys user0…@example.com,
+// then starts the server and waits until the set is ready.
+func startUsersFront(t testing.TB, rows int) *usersFront {
+	t.Helper()
+	bin := buildBinary(t)
+	pg := testsvc.NewPostgres(t, testsvc.PGOptions{Settings: map[string]string{"shared_buffers": "256MB", "max_connections": "300"}})
+	pg.SQL(t, "CREATE TABLE users (id bigint GENERATED ALWAYS AS IDENTITY NOT NULL, email text PRIMARY KEY, name text)",
+		"CREATE PUBLICATION bg_users FOR TABLE users")
+	start := time.Now()
+	for lo := 0; lo < rows; lo += 1_000_000 {
+		hi := min(lo+1_000_000, rows) - 1
+		pg.SQL(t, fmt.Sprintf("INSERT INTO users (email, name) SELECT 'user' || i || '@example.com', 'name' || i FROM generate_series(%d, %d) i", lo, hi))
+	}
+	pg.SQL(t, "VACUUM ANALYZE users")
+	t.Logf("loaded %d rows in %v", rows, time.Since(start).Round(time.Second))
+	f := &usersFront{pg: pg, bin: bin, addr: freeAddr(t)}
+	f.conf, _, f.httpAddr = serveConf(t, t.TempDir(), fmt.Sprintf(`postgres-listen %s
+postgres-upstream %s:%d
+postgres-maxclients 400
+set users {
+  postgres %s
+  table users
+  column email
+  slot bg_users
+  publication bg_users
+  kind cuckoo
+  capacity %d
+  max-lag 3s
+  snapshot-interval 2s
+  answer %q
+}
+`, f.addr, pg.Host, pg.Port, pg.DSN, 2*rows+1_000_000, usersAnswer))
+	start = time.Now()
+	f.srv = startServe(t, bin, "-config", f.conf)
+	waitReadyz(t, f.httpAddr, 30*time.Minute)
+	t.Logf("server ready in %v", time.Since(start).Round(time.Second))
+	return f
+}
+
+// restart starts the server again on the same config (after a kill).
+func (f *usersFront) restart(t testing.TB) {
+	t.Helper()
+	f.srv = startServe(t, f.bin, "-config", f.conf)
+	waitReadyz(t, f.httpAddr, 5*time.Minute)
+}
+
+func (f *usersFront) dsn(front bool) string {
+	host, port := f.pg.Host, strconv.Itoa(f.pg.Port)
+	if front {
+		host, port, _ = net.SplitHostPort(f.addr)
+	}
+	return fmt.Sprintf("host=%s port=%s user=%s dbname=%s sslmode=disable", host, port, f.pg.User, f.pg.Database)
+}
+
+// frontMetrics are the front end's counters for the answer statement:
+// answered locally, and forwarded by reason.
+func (f *usersFront) frontMetrics(t testing.TB) (answered float64, forwarded map[string]float64) {
+	t.Helper()
+	resp, err := http.Get("http://" + f.httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	forwarded = map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		switch {
+		case err != nil:
+		case strings.HasPrefix(line, "bloomgate_pgwire_answered_total{"):
+			answered += v
+		case strings.HasPrefix(line, "bloomgate_pgwire_forwarded_total{"):
+			_, r, _ := strings.Cut(line, `reason="`)
+			r, _, _ = strings.Cut(r, `"`)
+			forwarded[r] += v
+		}
+	}
+	return answered, forwarded
+}
+
+// writer inserts new-<i>@example.com at rate rows a second, one autocommit
+// INSERT each, straight to PostgreSQL, reconnecting after errors, and
+// records each row's commit time (when COMMIT returned) or, when the
+// INSERT failed, the time of the failure: a row found in the table
+// afterwards committed no later than that.
+type writer struct {
+	rate  float64
+	start time.Time
+
+	mu      sync.Mutex
+	commit  map[string]int64 // key → Unix ns its commit returned
+	unknown map[string]int64 // key → Unix ns its INSERT failed
+	errs    int
+}
+
+func startWriter(ctx context.Context, t testing.TB, dsn string, rate float64, wg *sync.WaitGroup) *writer {
+	w := &writer{rate: rate, start: time.Now(), commit: map[string]int64{}, unknown: map[string]int64{}}
+	wg.Go(func() {
+		var c *pgx.Conn
+		defer func() {
+			if c != nil {
+				c.Close(context.Background())
+			}
+		}()
+		for i := 0; ctx.Err() == nil; i++ {
+			if d := time.Until(w.start.Add(time.Duration(float64(i) / rate * 1e9))); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					return
+				}
+			}
+			key := fmt.Sprintf("new-%d@example.com", i)
+			if c == nil {
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				var err error
+				c, err = pgx.Connect(cctx, dsn)
+				cancel()
+				if err != nil {
+					c = nil
+					time.Sleep(50 * time.Millisecond)
+					continue // key i is never inserted
+				}
+			}
+			ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := c.Exec(ectx, "INSERT INTO users (email, name) VALUES ($1, 'new')", key)
+			cancel()
+			now := time.Now().UnixNano()
+			w.mu.Lock()
+			if err == nil {
+				w.commit[key] = now
+			} else {
+				w.unknown[key] = now
+				w.errs++
+			}
+			w.mu.Unlock()
+			if err != nil {
+				c.Close(context.Background())
+				c = nil
+			}
+		}
+	})
+	return w
+}
+
+// settle resolves the rows whose INSERT failed: those in the table
+// committed before the failure was seen.
+func (w *writer) settle(t testing.TB, pg *testsvc.PG) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.unknown) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(w.unknown))
+	for k := range w.unknown {
+		keys = append(keys, "'"+k+"'")
+	}
+	for _, k := range strings.Fields(pg.SQL(t, "SELECT email FROM users WHERE email IN ("+strings.Join(keys, ",")+")")) {
+		w.commit[k] = w.unknown[k]
+	}
+}
+
+// lookup is one line of lookups.py's output.
+type lookup struct {
+	via, kind  string
+	start, lat int64
+	outcome    string
+	shape, key string
+}
+
+// loadRun is one run of lookup workers.
+type loadRun struct {
+	Start    time.Time
+	Phase    time.Duration // 0: every lookup through the front end
+	Duration time.Duration
+	Workers  int
+	Rate     float64 // lookups a second, all workers together
+	Rows     int
+}
+
+// runLookups runs the workers and returns their lookups. wstart and wrate
+// are the writer's, from which the workers pick keys it inserts around
+// now.
+func runLookups(t testing.TB, f *usersFront, r loadRun, w *writer) []lookup {
+	t.Helper()
+	testsvc.PythonModule(t, "python3-psycopg2", "psycopg2")
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	errs := make([]error, r.Workers)
+	outs := make([][]byte, r.Workers)
+	for i := range r.Workers {
+		wg.Go(func() {
+			out := filepath.Join(dir, fmt.Sprintf("w%d.csv", i))
+			cmd := exec.Command("/usr/bin/python3", "testdata/pgwire/lookups.py", f.dsn(true), f.dsn(false), out,
+				strconv.FormatInt(r.Start.UnixNano(), 10), strconv.FormatFloat(r.Phase.Seconds(), 'f', -1, 64),
+				strconv.FormatFloat(r.Duration.Seconds(), 'f', -1, 64), strconv.FormatFloat(r.Rate/float64(r.Workers), 'f', -1, 64),
+				strconv.Itoa(r.Rows), strconv.FormatInt(w.start.UnixNano(), 10), strconv.FormatFloat(w.rate, 'f', -1, 64), strconv.Itoa(i))
+			msg, err := cmd.CombinedOutput()
+			if err != nil {
+				errs[i] = fmt.Errorf("worker %d: %v\n%s", i, err, msg)
+				return
+			}
+			outs[i], errs[i] = os.ReadFile(out)
+		})
+	}
+	wg.Wait()
+	var all []lookup
+	for i := range r.Workers {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		for line := range strings.SplitSeq(strings.TrimSpace(string(outs[i])), "\n") {
+			p := strings.SplitN(line, ",", 7)
+			if len(p) != 7 {
+				t.Fatalf("worker %d: bad line %q", i, line)
+			}
+			st, _ := strconv.ParseInt(p[2], 10, 64)
+			lat, _ := strconv.ParseInt(p[3], 10, 64)
+			all = append(all, lookup{via: p[0], kind: p[1], start: st, lat: lat, outcome: p[4], shape: p[5], key: p[6]})
+		}
+	}
+	return all
+}
+
+// wrongAnswers lists the lookups answered "no row" for a key whose row had
+// committed before the lookup started.
+func wrongAnswers(ls []lookup, w *writer) []lookup {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var wrong []lookup
+	for _, l := range ls {
+		if c, ok := w.commit[l.key]; ok && l.outcome == "n" && c < l.start {
+			wrong = append(wrong, l)
+		}
+	}
+	return wrong
+}
+
+// procCPU is the CPU time (utime+stime, in clock ticks) of pid and its
+// children, from /proc; the processes of a PostgreSQL cluster are its
+// postmaster's children.
+func procCPU(pid int) int64 {
+	entries, _ := os.ReadDir("/proc")
+	var sum int64
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		fs := strings.Fields(string(b[i+1:]))
+		if len(fs) < 13 || p != pid && fs[1] != strconv.Itoa(pid) {
+			continue
+		}
+		u, _ := strconv.ParseInt(fs[11], 10, 64)
+		s, _ := strconv.ParseInt(fs[12], 10, 64)
+		sum += u + s
+	}
+	return sum
+}
+
+// postmasterPID reads the cluster's postmaster.pid.
+func postmasterPID(t testing.TB, pg *testsvc.PG) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(pg.DataDir, "postmaster.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// quantile of the latencies (ns) in ms.
+func quantileMS(lats []int64, q float64) float64 {
+	if len(lats) == 0 {
+		return 0
+	}
+	slices.Sort(lats)
+	return float64(lats[int(q*float64(len(lats)-1))]) / 1e6
+}
+
+// benchRows is the users table's size in BenchmarkPGFrontUsers:
+// BLOOMGATE_BENCH_ROWS, default 10,000,000.
+func benchRows(b *testing.B) int {
+	if v := os.Getenv("BLOOMGATE_BENCH_ROWS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("BLOOMGATE_BENCH_ROWS=%q", v)
+		}
+		return n
+	}
+	return 10_000_000
+}
+
+// envFloat is a positive number from the environment, or def.
+func envFloat(b *testing.B, name string, def float64) float64 {
+	if v := os.Getenv(name); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 {
+			b.Fatalf("%s=%q", name, v)
+		}
+		return f
+	}
+	return def
+}
+
+// BenchmarkPGFrontUsers: the articles' workload. A users table of
+// BLOOMGATE_BENCH_ROWS rows; psycopg2 worker processes
+// (BLOOMGATE_BENCH_WORKERS, default 8) send `SELECT id, email, name FROM
+// users WHERE email = %s` at BLOOMGATE_BENCH_RATE lookups a second in all
+// (default 18,000; paced, so the rate reached is reported), 13 % keys of
+// the table, 85 % keys nobody inserts, 2 % keys the writer inserts around
+// that moment; a writer inserts 1,000 rows a second straight to
+// PostgreSQL. The workers alternate every 5 s between the front end and
+// PostgreSQL itself, for BLOOMGATE_BENCH_SECONDS (default 60). Reports the
+// share of front-end lookups answered without reaching PostgreSQL (the
+// front end's counters), PostgreSQL's CPU (its processes' utime+stime)
+// during front-end and direct phases, miss latency p50/p95 on each path,
+// and fails on any wrong answer: a "no row" for a key whose row committed
+// before the lookup started.
+//
+//	BLOOMGATE_BENCH_ROWS=1000000 go test -run XXX -bench PGFrontUsers -benchtime 1x -timeout 60m ./cmd/bloomgate
+func BenchmarkPGFrontUsers(b *testing.B) {
+	rows := benchRows(b)
+	workers := int(envFloat(b, "BLOOMGATE_BENCH_WORKERS", 8))
+	rate := envFloat(b, "BLOOMGATE_BENCH_RATE", 18000)
+	secs := envFloat(b, "BLOOMGATE_BENCH_SECONDS", 60)
+	const phase = 5 * time.Second
+	f := startUsersFront(b, rows)
+	pm := postmasterPID(b, f.pg)
+	for b.Loop() {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		w := startWriter(ctx, b, f.pg.DSN, 1000, &wg)
+		run := loadRun{Start: time.Now().Add(2 * time.Second), Phase: phase, Duration: time.Duration(secs * float64(time.Second)),
+			Workers: workers, Rate: rate, Rows: rows}
+		// PostgreSQL's and the server's CPU at each phase boundary.
+		cpu := map[string][2]int64{} // via → [PostgreSQL, server] ticks
+		samplerDone := make(chan struct{})
+		go func() {
+			defer close(samplerDone)
+			time.Sleep(time.Until(run.Start))
+			pgPrev, srvPrev := procCPU(pm), procCPU(f.srv.cmd.Process.Pid)
+			for k := 0; time.Duration(k)*phase < run.Duration; k++ {
+				time.Sleep(time.Until(run.Start.Add(time.Duration(k+1) * phase)))
+				pgNow, srvNow := procCPU(pm), procCPU(f.srv.cmd.Process.Pid)
+				via := []string{"front", "direct"}[k%2]
+				c := cpu[via]
+				cpu[via] = [2]int64{c[0] + pgNow - pgPrev, c[1] + srvNow - srvPrev}
+				pgPrev, srvPrev = pgNow, srvNow
+			}
+		}()
+		answered0, fwd0 := f.frontMetrics(b)
+		ls := runLookups(b, f, run, w)
+		cancel()
+		wg.Wait()
+		<-samplerDone
+		answered1, fwd1 := f.frontMetrics(b)
+		w.settle(b, f.pg)
+
+		forwarded := 0.0
+		var reasons []string
+		for r, v := range fwd1 {
+			forwarded += v - fwd0[r]
+			if v-fwd0[r] > 0 {
+				reasons = append(reasons, fmt.Sprintf("%s %.0f", r, v-fwd0[r]))
+			}
+		}
+		slices.Sort(reasons)
+		answered := answered1 - answered0
+		count := map[string]int{}
+		lats := map[string][]int64{}
+		for _, l := range ls {
+			count[l.via]++
+			count[l.via+" "+l.outcome]++
+			if l.outcome == "n" {
+				lats[l.via] = append(lats[l.via], l.lat)
+			}
+		}
+		wrong := wrongAnswers(ls, w)
+		// Front and direct phases take half the run each; /proc counts
+		// CPU in ticks of 1/100 s (USER_HZ on Linux).
+		half := run.Duration.Seconds() / 2
+		b.Logf("lookups: %d in %.0f s (%.0f/s; target %.0f/s); front %d (no row %d, row %d), direct %d (no row %d, row %d); errors front %d direct %d",
+			len(ls), run.Duration.Seconds(), float64(len(ls))/run.Duration.Seconds(), rate,
+			count["front"], count["front n"], count["front r"], count["direct"], count["direct n"], count["direct r"],
+			count["front"]-count["front n"]-count["front r"], count["direct"]-count["direct n"]-count["direct r"])
+		b.Logf("front end: answered %.0f, forwarded %.0f (%s); writer: %d committed, %d errors",
+			answered, forwarded, strings.Join(reasons, ", "), len(w.commit), w.errs)
+		b.Logf("CPU (s per s): PostgreSQL front phases %.2f, direct phases %.2f; server front phases %.2f",
+			float64(cpu["front"][0])/100/half, float64(cpu["direct"][0])/100/half, float64(cpu["front"][1])/100/half)
+		if len(wrong) > 0 {
+			b.Errorf("%d wrong answers, e.g. %+v", len(wrong), wrong[0])
+		}
+		b.ReportMetric(float64(len(ls))/run.Duration.Seconds(), "lookups/s")
+		if answered+forwarded > 0 {
+			b.ReportMetric(100*answered/(answered+forwarded), "%local")
+		}
+		b.ReportMetric(quantileMS(lats["front"], 0.5), "front-miss-p50-ms")
+		b.ReportMetric(quantileMS(lats["front"], 0.95), "front-miss-p95-ms")
+		b.ReportMetric(quantileMS(lats["direct"], 0.5), "direct-miss-p50-ms")
+		b.ReportMetric(quantileMS(lats["direct"], 0.95), "direct-miss-p95-ms")
+		b.ReportMetric(float64(cpu["front"][0])/100/half, "pg-cpu-front")
+		b.ReportMetric(float64(cpu["direct"][0])/100/half, "pg-cpu-direct")
+		b.ReportMetric(float64(len(wrong)), "wrong")
+	}
+}
