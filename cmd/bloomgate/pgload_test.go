@@ -222,48 +222,58 @@ type loadRun struct {
 	Rows     int
 }
 
-// runLookups runs the workers and returns their lookups. wstart and wrate
-// are the writer's, from which the workers pick keys it inserts around
-// now.
-func runLookups(t testing.TB, f *usersFront, r loadRun, w *writer) []lookup {
+// startLookups starts the workers; wait waits for them (until the run's
+// duration is over, or stop was called) and returns their lookups.
+func startLookups(t testing.TB, f *usersFront, r loadRun, w *writer) (wait func() []lookup, stop func()) {
 	t.Helper()
 	testsvc.PythonModule(t, "python3-psycopg2", "psycopg2")
 	dir := t.TempDir()
+	stopFile := filepath.Join(dir, "stop")
 	var wg sync.WaitGroup
 	errs := make([]error, r.Workers)
 	outs := make([][]byte, r.Workers)
 	for i := range r.Workers {
+		out := filepath.Join(dir, fmt.Sprintf("w%d.csv", i))
+		cmd := exec.Command("/usr/bin/python3", "testdata/pgwire/lookups.py", f.dsn(true), f.dsn(false), out,
+			strconv.FormatInt(r.Start.UnixNano(), 10), strconv.FormatFloat(r.Phase.Seconds(), 'f', -1, 64),
+			strconv.FormatFloat(r.Duration.Seconds(), 'f', -1, 64), strconv.FormatFloat(r.Rate/float64(r.Workers), 'f', -1, 64),
+			strconv.Itoa(r.Rows), strconv.FormatInt(w.start.UnixNano(), 10), strconv.FormatFloat(w.rate, 'f', -1, 64), strconv.Itoa(i), stopFile)
+		var msg strings.Builder
+		cmd.Stdout, cmd.Stderr = &msg, &msg
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill() })
 		wg.Go(func() {
-			out := filepath.Join(dir, fmt.Sprintf("w%d.csv", i))
-			cmd := exec.Command("/usr/bin/python3", "testdata/pgwire/lookups.py", f.dsn(true), f.dsn(false), out,
-				strconv.FormatInt(r.Start.UnixNano(), 10), strconv.FormatFloat(r.Phase.Seconds(), 'f', -1, 64),
-				strconv.FormatFloat(r.Duration.Seconds(), 'f', -1, 64), strconv.FormatFloat(r.Rate/float64(r.Workers), 'f', -1, 64),
-				strconv.Itoa(r.Rows), strconv.FormatInt(w.start.UnixNano(), 10), strconv.FormatFloat(w.rate, 'f', -1, 64), strconv.Itoa(i))
-			msg, err := cmd.CombinedOutput()
-			if err != nil {
-				errs[i] = fmt.Errorf("worker %d: %v\n%s", i, err, msg)
+			if err := cmd.Wait(); err != nil {
+				errs[i] = fmt.Errorf("worker %d: %v\n%s", i, err, msg.String())
 				return
 			}
 			outs[i], errs[i] = os.ReadFile(out)
 		})
 	}
-	wg.Wait()
-	var all []lookup
-	for i := range r.Workers {
-		if errs[i] != nil {
-			t.Fatal(errs[i])
-		}
-		for line := range strings.SplitSeq(strings.TrimSpace(string(outs[i])), "\n") {
-			p := strings.SplitN(line, ",", 7)
-			if len(p) != 7 {
-				t.Fatalf("worker %d: bad line %q", i, line)
+	stop = func() { os.WriteFile(stopFile, nil, 0o644) }
+	wait = func() []lookup {
+		t.Helper()
+		wg.Wait()
+		var all []lookup
+		for i := range r.Workers {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
 			}
-			st, _ := strconv.ParseInt(p[2], 10, 64)
-			lat, _ := strconv.ParseInt(p[3], 10, 64)
-			all = append(all, lookup{via: p[0], kind: p[1], start: st, lat: lat, outcome: p[4], shape: p[5], key: p[6]})
+			for line := range strings.SplitSeq(strings.TrimSpace(string(outs[i])), "\n") {
+				p := strings.SplitN(line, ",", 7)
+				if len(p) != 7 {
+					t.Fatalf("worker %d: bad line %q", i, line)
+				}
+				st, _ := strconv.ParseInt(p[2], 10, 64)
+				lat, _ := strconv.ParseInt(p[3], 10, 64)
+				all = append(all, lookup{via: p[0], kind: p[1], start: st, lat: lat, outcome: p[4], shape: p[5], key: p[6]})
+			}
 		}
+		return all
 	}
-	return all
+	return wait, stop
 }
 
 // wrongAnswers lists the lookups answered "no row" for a key whose row had
@@ -406,7 +416,8 @@ func BenchmarkPGFrontUsers(b *testing.B) {
 			}
 		}()
 		answered0, fwd0 := f.frontMetrics(b)
-		ls := runLookups(b, f, run, w)
+		wait, _ := startLookups(b, f, run, w)
+		ls := wait()
 		cancel()
 		wg.Wait()
 		<-samplerDone

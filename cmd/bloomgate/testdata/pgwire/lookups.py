@@ -1,11 +1,13 @@
 # One lookup worker of the articles' workload, run by BenchmarkPGFrontUsers
 # and TestPGFrontFaults: a psycopg2 service looking users up by email
 # (the simple protocol with a literal, as psycopg2 sends it), paced at a
-# rate, alternating between the front end and PostgreSQL itself by phase.
+# rate, alternating between the front end and PostgreSQL itself by phase,
+# until the duration is over or the stop file exists.
 # It writes one line per lookup: via, kind, start (Unix ns, before the
 # query was sent), latency (ns), outcome, the result's column type OIDs,
 # key. Outcome: r (a row), n (no row), e:CODE (PostgreSQL's error), c (the
 # connection failed; it reconnects).
+import os
 import random
 import sys
 import time
@@ -13,7 +15,7 @@ import time
 import psycopg2
 
 (front_dsn, direct_dsn, out_path, start_ns, phase_s, duration_s, rate, rows,
- writer_start_ns, writer_rate, seed) = sys.argv[1:12]
+ writer_start_ns, writer_rate, seed, stop_path) = sys.argv[1:13]
 start_ns, phase_ns = int(start_ns), int(float(phase_s) * 1e9)
 end_ns = start_ns + int(float(duration_s) * 1e9)
 rate, rows, writer_rate = float(rate), int(rows), float(writer_rate)
@@ -52,7 +54,9 @@ while True:
     due = start_ns + int(n * 1e9 / rate)
     n += 1
     now = time.time_ns()
-    if due >= end_ns:
+    if due >= end_ns or now >= end_ns:  # behind the rate: stop on time
+        break
+    if stop_path and n % 16 == 0 and os.path.exists(stop_path):
         break
     if due > now:
         time.sleep((due - now) / 1e9)
