@@ -509,10 +509,13 @@ func TestPGFrontFaults(t *testing.T) {
 	pause()
 
 	// The walsender stopped past max-lag (3s), then resumed.
-	pid, err := strconv.Atoi(strings.TrimSpace(f.pg.SQL(t, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bg_users'")))
-	if err != nil {
-		t.Fatalf("the walsender's pid: %v", err)
-	}
+	var pid int
+	testsvc.Eventually(t, 30*time.Second, func() bool {
+		var err error
+		pid, err = strconv.Atoi(strings.TrimSpace(f.pg.SQL(t, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'bg_users'")))
+		return err == nil
+	}, "the set's slot has no walsender")
+	defer syscall.Kill(pid, syscall.SIGCONT)
 	_, before := f.frontMetrics(t)
 	t.Logf("stopping the walsender (pid %d)", pid)
 	syscall.Kill(pid, syscall.SIGSTOP)
