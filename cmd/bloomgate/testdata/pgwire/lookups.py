@@ -36,11 +36,11 @@ def cursor(via):
 
 
 def pick():
-    """13 % keys of the loaded table, 85 % keys nobody inserts, 2 % keys the
+    """12 % keys of the loaded table, 86 % keys nobody inserts, 2 % keys the
     writer inserts around now (some committed just before, some just
     after: the race the wrong-answer check looks at)."""
     x = rng.random()
-    if x < 0.13:
+    if x < 0.12:
         return "hit", "user%d@example.com" % rng.randrange(rows)
     if x < 0.98:
         return "miss", "miss-%s-%d@example.com" % (seed, rng.getrandbits(48))
