@@ -29,9 +29,8 @@ import (
 
 const usersAnswer = "SELECT id, email, name FROM users WHERE email = $1"
 
-// usersFront is a private cluster with users(id, email, name), a server
-// whose set follows it with the front end in front, and the writer's
-// commit times.
+// usersFront is a private cluster with users(id, email, name) and a
+// server whose set follows it, with the front end in front.
 type usersFront struct {
 	pg       *testsvc.PG
 	bin      string
@@ -223,7 +222,8 @@ type loadRun struct {
 }
 
 // startLookups starts the workers; wait waits for them (until the run's
-// duration is over, or stop was called) and returns their lookups.
+// duration is over, or stop was called) and returns their lookups. The
+// workers pick some keys the writer w inserts around the moment.
 func startLookups(t testing.TB, f *usersFront, r loadRun, w *writer) (wait func() []lookup, stop func()) {
 	t.Helper()
 	testsvc.PythonModule(t, "python3-psycopg2", "psycopg2")
