@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bloomgate/bloomgate/internal/testsvc"
@@ -78,7 +80,20 @@ func TestServeListensFirst(t *testing.T) {
 	pg.SQL(t, "INSERT INTO users SELECT 'user' || i || '@example.com' FROM generate_series(1, 1000) i")
 	proxy := newHeldProxy(t, fmt.Sprintf("%s:%d", pg.Host, pg.Port))
 	dsn := strings.Replace(pg.DSN, fmt.Sprintf("%s:%d", pg.Host, pg.Port), proxy.Addr(), 1)
-	conf, respAddr, httpAddr, _ := followConf(t, dsn, "  connect-timeout 2m\n")
+	front := freeAddr(t)
+	conf, respAddr, httpAddr := serveConf(t, t.TempDir(), fmt.Sprintf(`postgres-listen %s
+postgres-upstream %s:%d
+set users {
+  postgres %s
+  table users
+  column email
+  slot bg_users
+  publication bg_users
+  kind cuckoo
+  connect-timeout 2m
+  answer "SELECT email FROM users WHERE email = $1"
+}
+`, front, pg.Host, pg.Port, dsn))
 
 	// Not startServe: on a server that serves only after its checks, its
 	// "listening" line would never come while the database is held.
@@ -138,6 +153,27 @@ func TestServeListensFirst(t *testing.T) {
 	if st, ok := r.Sets["users"]; !ok || st.Ready || st.Reason != "starting" {
 		t.Errorf("/readyz while starting: set users %+v (listed: %v); want not ready with the reason \"starting\"", st, ok)
 	}
+	// The PostgreSQL front end relays every statement meanwhile: a row
+	// that is there is found.
+	fc, err := pgx.Connect(ctx, fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&connect_timeout=30", pg.User, front, pg.Database))
+	if err != nil {
+		t.Fatalf("connect to the PostgreSQL front end while starting: %v", err)
+	}
+	defer fc.Close(ctx)
+	frontFinds := func(when string) {
+		t.Helper()
+		for _, k := range present {
+			var got string
+			if err := fc.QueryRow(ctx, "SELECT email FROM users WHERE email = $1", k).Scan(&got); err != nil || got != k {
+				t.Errorf("front end %s: %s = %q, %v; want the row", when, k, got, err)
+			}
+		}
+		var got string
+		if err := fc.QueryRow(ctx, "SELECT email FROM users WHERE email = $1", absent[0]).Scan(&got); !errors.Is(err, pgx.ErrNoRows) {
+			t.Errorf("front end %s: %s = %q, %v; want no rows", when, absent[0], got, err)
+		}
+	}
+	frontFinds("while starting")
 
 	proxy.Release()
 	waitReadyz(t, httpAddr, 2*time.Minute)
@@ -156,6 +192,20 @@ func TestServeListensFirst(t *testing.T) {
 	}
 	if zeros == 0 {
 		t.Errorf("no absent key answered 0 once ready; stderr:\n%s", stderr)
+	}
+	// The session opened while starting goes on relaying; a new one is
+	// served by the front end with the checked statements.
+	frontFinds("once ready, a session from before")
+	fc2, err := pgx.Connect(ctx, fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&connect_timeout=30", pg.User, front, pg.Database))
+	if err != nil {
+		t.Fatalf("connect to the PostgreSQL front end once ready: %v", err)
+	}
+	defer fc2.Close(ctx)
+	fc = fc2
+	frontFinds("once ready")
+	frontFinds("once ready, again")
+	if n := (&pgFront{httpAddr: httpAddr}).metric(t, "bloomgate_pgwire_answered_total"); n == 0 {
+		t.Errorf("the front end answered nothing itself once ready (bloomgate_pgwire_answered_total 0)")
 	}
 }
 
