@@ -447,11 +447,16 @@ func openSet(ctx context.Context, cfg *Config, i int, p *pendingSet) ([]func(), 
 	var closers []func()
 	s := &cfg.Sets[i]
 	log := cfg.Logger.With("set", s.Name)
+	tr := startTransport(ctx, s, log) // beside the source: independent
 	var src *openedSource
 	if s.Source.Driver != SourceNone {
 		var err error
 		src, err = sources[s.Source.Driver].open(ctx, s, log)
 		if err != nil {
+			if tr != nil {
+				_, cs, _ := tr.get()
+				closers = append(closers, cs...)
+			}
 			return closers, err
 		}
 		closers = append(closers, src.closers...)
@@ -470,7 +475,7 @@ func openSet(ctx context.Context, cfg *Config, i int, p *pendingSet) ([]func(), 
 	if src != nil {
 		sc.Source, sc.Confirm = src.source, src.confirm
 	}
-	k, cs, err := openKeeper(ctx, s, src, sc, cfg.DataDir, log)
+	k, cs, err := openKeeper(ctx, s, src, tr, sc, cfg.DataDir, log)
 	closers = append(closers, cs...)
 	p.keeper = k
 	return closers, err
