@@ -215,9 +215,7 @@ func Listen(cfg Config) (*Server, error) {
 	if s.pgLn != nil {
 		// No statements, no metrics: the front end with the checked
 		// statements registers them.
-		p := cfg.PostgresFront
-		s.pgRelay, err = pgwire.New(pgwire.Config{Upstream: p.Upstream, TLSConfig: tlsConfig, MaxConns: p.MaxConns,
-			MaxMessageSize: int(p.MaxMessageSize), Logger: s.log})
+		s.pgRelay, err = pgwire.New(frontConfig(&s.cfg, nil, tlsConfig, nil, s.log))
 		if err != nil {
 			return fail(err)
 		}
