@@ -380,11 +380,10 @@ func (s *Server) readyzStarting(h http.Handler) http.Handler {
 		}
 		rec := &bufferedResponse{header: http.Header{}, code: http.StatusOK}
 		h.ServeHTTP(rec, r)
-		var body struct {
-			Ready bool                       `json:"ready"`
-			Sets  map[string]json.RawMessage `json:"sets"`
-		}
-		if rec.code != http.StatusOK && rec.code != http.StatusServiceUnavailable || json.Unmarshal(rec.body.Bytes(), &body) != nil {
+		var body map[string]json.RawMessage // every field kept as it is
+		var sets map[string]json.RawMessage
+		if rec.code != http.StatusOK && rec.code != http.StatusServiceUnavailable ||
+			json.Unmarshal(rec.body.Bytes(), &body) != nil || json.Unmarshal(body["sets"], &sets) != nil {
 			rec.flush(w)
 			return
 		}
@@ -392,19 +391,17 @@ func (s *Server) readyzStarting(h http.Handler) http.Handler {
 		if e := s.startErr.Load(); e != nil {
 			reason = "start failed: " + (*e).Error()
 		}
-		for name, raw := range body.Sets {
-			var set map[string]any
-			if json.Unmarshal(raw, &set) != nil {
+		for name, raw := range sets {
+			var set map[string]json.RawMessage
+			if json.Unmarshal(raw, &set) != nil || string(set["ready"]) == "true" {
 				continue
 			}
-			if ready, _ := set["ready"].(bool); ready {
-				continue
-			}
-			set["reason"] = reason
+			set["reason"], _ = json.Marshal(reason)
 			if b, err := json.Marshal(set); err == nil {
-				body.Sets[name] = b
+				sets[name] = b
 			}
 		}
+		body["sets"], _ = json.Marshal(sets)
 		b, err := json.Marshal(body)
 		if err != nil {
 			rec.flush(w)

@@ -144,9 +144,15 @@ set users {
 	if err != nil {
 		t.Fatalf("/readyz while starting: %v", err)
 	}
-	var r readyz
+	var r struct {
+		readyz
+		Dependencies map[string]json.RawMessage `json:"dependencies"`
+	}
 	err = json.NewDecoder(resp.Body).Decode(&r)
 	resp.Body.Close()
+	if _, ok := r.Dependencies["postgres-upstream"]; !ok {
+		t.Errorf("/readyz while starting lacks the front end's upstream: %+v", r)
+	}
 	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || r.Ready {
 		t.Errorf("/readyz while starting: %d %+v (%v); want 503, not ready", resp.StatusCode, r, err)
 	}
