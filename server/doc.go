@@ -11,8 +11,10 @@
 // fanout/…) and is registered here by one call in a file of its own, which
 // also adapts its config (source_*.go, transport_*.go).
 //
-// Start binds its listeners first, but serves only once the sets'
-// sources and servers are checked and the keyspace is recovered: a
-// connection made meanwhile waits in the listen queue. (Answering before
-// the sets are declared would answer "absent" for a set's name.)
+// Listen serves as soon as its listeners are bound and the keyspace is
+// recovered, with every set declared and not ready (answering "maybe":
+// a set's name must never be answered as a missing key); the sets'
+// sources, change feeds and fan-out are connected and checked in the
+// background, each set in parallel (see pending.go). Start is Listen and
+// then waits for that.
 package server

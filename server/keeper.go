@@ -26,9 +26,8 @@ import (
 // wal_level, the publication, the transport. Every error names the set's
 // key it comes from. The returned closers release the connections; they
 // are returned with an error too.
-func openKeeper(ctx context.Context, s *SetConfig, src *openedSource, sc serve.SetConfig, dataDir string, log *slog.Logger) (serve.Keeper, []func(), error) {
+func openKeeper(ctx context.Context, s *SetConfig, src *openedSource, tr *earlyTransport, sc serve.SetConfig, dataDir string, log *slog.Logger) (serve.Keeper, []func(), error) {
 	var closers []func()
-	timeout := s.connectTimeout()
 	follow := bloomgate.FollowConfig{
 		Identity:         "serve:" + s.Name + ":" + s.Source.Table + "." + s.Source.Column,
 		SnapshotInterval: s.Feed.SnapshotInterval,
@@ -38,13 +37,17 @@ func openKeeper(ctx context.Context, s *SetConfig, src *openedSource, sc serve.S
 	if dataDir != "" {
 		local = bloomgate.DirSnapshots(filepath.Join(dataDir, "sets", s.Name))
 	}
-	td, fanned := transports[s.Fanout.Transport]
+	_, fanned := transports[s.Fanout.Transport]
 
 	var feed bloomgate.Feed
 	if src != nil && src.feed != nil && (!fanned || s.feeder()) {
 		f, closeFeed, err := src.feed(ctx)
 		closers = append(closers, closeFeed)
 		if err != nil {
+			if tr != nil {
+				_, cs, _ := tr.get()
+				closers = append(closers, cs...)
+			}
 			return nil, closers, err
 		}
 		feed = f
@@ -58,12 +61,9 @@ func openKeeper(ctx context.Context, s *SetConfig, src *openedSource, sc serve.S
 
 	// A fanned-out set: every process is an instance of the stream; one
 	// with database credentials may also become the feeder.
-	key, err := fanoutKey(s, log)
-	if err != nil {
-		return nil, closers, err
-	}
 	k := &fanoutKeeper{follow: follow, log: log}
 	var feederGate *bloomgate.Gate
+	var err error
 	if feed != nil {
 		feederGate, err = bloomgate.New(sc.GateConfig(log.With("gate", "feeder")))
 		if err != nil {
@@ -71,9 +71,7 @@ func openKeeper(ctx context.Context, s *SetConfig, src *openedSource, sc serve.S
 		}
 		closers = append(closers, func() { feederGate.Close() })
 	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	backend, cs, err := td.open(cctx, s, key, log)
+	backend, cs, err := tr.get()
 	closers = append(closers, cs...)
 	if err != nil {
 		return nil, closers, err
@@ -103,6 +101,44 @@ func openKeeper(ctx context.Context, s *SetConfig, src *openedSource, sc serve.S
 		}
 	}
 	return k, closers, nil
+}
+
+// earlyTransport is a fanned-out set's transport being opened beside its
+// source and change feed (they are independent; each is round trips to
+// its own server).
+type earlyTransport struct {
+	done    chan struct{}
+	backend fanout.Backend
+	closers []func()
+	err     error
+}
+
+// startTransport starts opening the set's fan-out transport, within the
+// set's connect timeout; nil for a set that is not fanned out.
+func startTransport(ctx context.Context, s *SetConfig, log *slog.Logger) *earlyTransport {
+	td, fanned := transports[s.Fanout.Transport]
+	if !fanned || !s.follows() {
+		return nil
+	}
+	t := &earlyTransport{done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		key, err := fanoutKey(s, log)
+		if err != nil {
+			t.err = err
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, s.connectTimeout())
+		defer cancel()
+		t.backend, t.closers, t.err = td.open(cctx, s, key, log)
+	}()
+	return t
+}
+
+// get waits for the transport; closers release it, also with an error.
+func (t *earlyTransport) get() (fanout.Backend, []func(), error) {
+	<-t.done
+	return t.backend, t.closers, t.err
 }
 
 // minFanoutKey is the shortest key the fan-out takes (fanout Config.Key).

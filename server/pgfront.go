@@ -54,13 +54,19 @@ func newPostgresFront(ctx context.Context, cfg *Config, store *serve.Store, tlsC
 				Database: db, ParamOIDs: oids, Set: set, ReadPosition: read})
 		}
 	}
-	p := cfg.PostgresFront
-	srv, err := pgwire.New(pgwire.Config{
-		Upstream: p.Upstream, TLSConfig: tlsConfig, Statements: stmts, MaxConns: p.MaxConns, MaxMessageSize: int(p.MaxMessageSize),
-		PositionWait: p.PositionWait, Logger: log, Registerer: reg,
-	})
+	srv, err := pgwire.New(frontConfig(cfg, stmts, tlsConfig, reg, log))
 	if err != nil {
 		return nil, closers, err
 	}
 	return srv, closers, nil
+}
+
+// frontConfig is the front end's pgwire.Config; without statements and
+// registerer, the relay that serves while the sets connect.
+func frontConfig(cfg *Config, stmts []pgwire.Statement, tlsConfig *tls.Config, reg prometheus.Registerer, log *slog.Logger) pgwire.Config {
+	p := cfg.PostgresFront
+	return pgwire.Config{
+		Upstream: p.Upstream, TLSConfig: tlsConfig, Statements: stmts, MaxConns: p.MaxConns, MaxMessageSize: int(p.MaxMessageSize),
+		PositionWait: p.PositionWait, Logger: log, Registerer: reg,
+	}
 }

@@ -1,7 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,12 +12,12 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/serve"
 	"github.com/bloomgate/bloomgate/serve/httpapi"
 	"github.com/bloomgate/bloomgate/serve/pgwire"
@@ -39,10 +42,24 @@ type Server struct {
 	respLn, httpLn, pgLn net.Listener
 	resp                 *resp.Server
 	http                 *http.Server
-	pg                   *pgwire.Server
+	// pgRelay relays every statement while the sets connect; pg, with
+	// the answer statements checked, takes the new connections after
+	// (pgHand hands them over).
+	pgRelay, pg *pgwire.Server
+	pgHand      *handoff
+	tlsConfig   *tls.Config // the listeners' (nil: none)
+
+	// The background start (connect): started is closed once every set
+	// is connected; stopStart cancels it and startDone says it ended.
+	started   chan struct{}
+	stopStart context.CancelFunc
+	startDone chan struct{}
+	startErr  atomic.Pointer[error]
+	stages    StartStages
 
 	// closers release the sets' sources, feeds and transports and the
 	// PostgreSQL front end's pools; Close runs them last, in reverse.
+	mu      sync.Mutex
 	closers []func()
 	errc    chan error
 
@@ -50,12 +67,65 @@ type Server struct {
 	closeErr  error
 }
 
-// Start checks cfg, binds its listeners, opens the sets' sources and
-// checks their servers (within each set's ConnectTimeout, ctx bounding the
-// whole), opens the keyspace (recovering it from DataDir) and serves. The
-// sets become ready in the background (Ready). ctx bounds the start only:
-// the server runs until Close.
+// ErrStart is what a failure of Listen's background start wraps (the
+// error itself names the set and what to fix): a set's database, change
+// feed, fan-out or answer statement failed its check.
+var ErrStart = errors.New("server: start failed")
+
+// startError is a background start's failure: its message is the cause's.
+type startError struct{ err error }
+
+func (e startError) Error() string        { return e.err.Error() }
+func (e startError) Unwrap() []error      { return []error{ErrStart, e.err} }
+func (e startError) Is(target error) bool { return target == ErrStart }
+
+// StartStages are the durations of a start's stages, for a start-up
+// breakdown.
+type StartStages struct {
+	// Listening is Listen's call to serving: the checks that need no
+	// network, binding, recovering the keyspace from DataDir.
+	Listening time.Duration
+	// Connected is serving to every set's source, change feed and fan-out
+	// connected and checked, and the PostgreSQL front end's answer
+	// statements checked (all in parallel).
+	Connected time.Duration
+}
+
+// Start is Listen, then waits for the background start: it returns once
+// every set is connected and checked (the sets then become ready in the
+// background: Ready), or the start's error after closing the server. ctx
+// bounds the start only: the server runs until Close.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
+	s, err := Listen(cfg)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-s.started:
+		return s, nil
+	case err = <-s.errc:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	s.Close()
+	return nil, err
+}
+
+// Listen checks what needs no network (cfg, the TLS certificate, the
+// fan-out key files), binds the listeners, opens the keyspace (recovering
+// it from DataDir), declares every set in it and serves at once. Each
+// set's source, change feed and fan-out are then connected and checked in
+// the background, all sets in parallel, each within its ConnectTimeout,
+// and with them the PostgreSQL front end's answer statements.
+//
+// Until a set is connected it is not ready: it answers "maybe" (BF.EXISTS
+// 1, never "absent": its name is declared), /readyz answers 503 with the
+// reason "starting", its confirm query fails, and the PostgreSQL front end
+// relays every statement. Started is closed once every set is connected;
+// a failure is sent on Err wrapped in ErrStart, and the server goes on
+// answering "maybe" until Close.
+func Listen(cfg Config) (*Server, error) {
+	t0 := time.Now()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -76,13 +146,22 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, errc: make(chan error, 3)}
+	for i := range cfg.Sets {
+		if _, fanned := transports[cfg.Sets[i].Fanout.Transport]; fanned {
+			if _, err := fanoutKey(&cfg.Sets[i], slog.New(slog.DiscardHandler)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, errc: make(chan error, 4), tlsConfig: tlsConfig,
+		started: make(chan struct{}), startDone: make(chan struct{})}
 	fail := func(err error) (*Server, error) {
+		close(s.startDone)
 		s.abort()
 		return nil, err
 	}
-	// Bind first: a taken port is an error before the slow start (sets,
-	// recovery), and an embedder's port 0 is known as soon as Start returns.
+	// Bind first: a taken port is an error before recovery, and an
+	// embedder's port 0 is known as soon as Listen returns.
 	for _, l := range []struct {
 		addr string
 		ln   *net.Listener
@@ -95,11 +174,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 
-	sets, expiring, closers, err := openSets(ctx, &s.cfg)
-	s.closers = append(s.closers, closers...)
-	if err != nil {
-		return fail(err)
+	pending := make([]*pendingSet, len(cfg.Sets))
+	for i := range cfg.Sets {
+		pending[i] = newPendingSet(&cfg.Sets[i])
 	}
+	sets, expiring := declaredSets(&s.cfg, pending)
 	s.store, err = serve.Open(serve.Config{
 		DataDir:          cfg.DataDir,
 		Fsync:            cfg.Fsync,
@@ -134,21 +213,21 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 	if s.pgLn != nil {
-		pg, closers, err := newPostgresFront(ctx, &s.cfg, s.store, tlsConfig, reg, s.log)
-		s.closers = append(s.closers, closers...)
+		// No statements, no metrics: the front end with the checked
+		// statements registers them.
+		s.pgRelay, err = pgwire.New(frontConfig(&s.cfg, nil, tlsConfig, nil, s.log))
 		if err != nil {
 			return fail(err)
 		}
-		s.pg = pg
 	}
 	if s.httpLn != nil {
 		var deps map[string]httpapi.Dependency
-		if s.pg != nil {
+		if s.pgRelay != nil {
 			// /readyz covers the front end's upstream.
-			deps = map[string]httpapi.Dependency{"postgres-upstream": s.pg}
+			deps = map[string]httpapi.Dependency{"postgres-upstream": frontReadiness{s}}
 		}
 		s.http = &http.Server{
-			Handler:           httpapi.Handler(httpapi.Config{Store: s.store, Token: cfg.Password, Gatherer: reg, Dependencies: deps}),
+			Handler:           s.readyzStarting(httpapi.Handler(httpapi.Config{Store: s.store, Token: cfg.Password, Gatherer: reg, Dependencies: deps})),
 			ReadHeaderTimeout: orDefault(cfg.HTTPReadHeaderTimeout, DefaultHTTPReadHeaderTimeout),
 			IdleTimeout:       orDefault(cfg.HTTPIdleTimeout, DefaultHTTPIdleTimeout),
 			TLSConfig:         tlsConfig,
@@ -156,7 +235,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 
-	// Serve, now that nothing can fail.
+	// Serve, now that nothing here can fail.
 	if s.resp != nil {
 		go func() { s.errc <- s.resp.Serve(s.respLn) }()
 		s.log.Info("serving the Redis protocol", "addr", s.respLn.Addr().String())
@@ -171,64 +250,230 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}()
 		s.log.Info("serving HTTP", "addr", s.httpLn.Addr().String())
 	}
-	if s.pg != nil {
+	if s.pgRelay != nil {
+		s.pgHand = newHandoff(s.pgLn)
+		relayLn := s.pgHand.next()
 		go func() {
-			if err := s.pg.Serve(s.pgLn); !errors.Is(err, pgwire.ErrClosed) {
+			// Its listener closes when the checked front end takes over.
+			if err := s.pgRelay.Serve(relayLn); !errors.Is(err, pgwire.ErrClosed) && !errors.Is(err, net.ErrClosed) {
 				s.errc <- err
 			}
 		}()
-		s.log.Info("serving the PostgreSQL protocol", "addr", s.pgLn.Addr().String(), "upstream", cfg.PostgresFront.Upstream)
+		go s.pgHand.run()
+		s.log.Info("serving the PostgreSQL protocol (relaying every statement until the sets are connected)", "addr", s.pgLn.Addr().String(), "upstream", cfg.PostgresFront.Upstream)
 	}
+	s.stages.Listening = time.Since(t0)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopStart = cancel
+	go s.connect(ctx, pending)
 	return s, nil
 }
 
-// openSets opens each set's source and, for followed sets, checks their
-// change feed and fan-out (see openKeeper). The returned closers release
-// them; they are returned with an error too.
-func openSets(ctx context.Context, cfg *Config) ([]serve.SetConfig, []serve.ExpiringSetConfig, []func(), error) {
-	var closers []func()
-	var sets []serve.SetConfig
-	var expiring []serve.ExpiringSetConfig
-	for i := range cfg.Sets {
-		s := &cfg.Sets[i]
-		log := cfg.Logger.With("set", s.Name)
-		var src *openedSource
-		if s.Source.Driver != SourceNone {
-			var err error
-			src, err = sources[s.Source.Driver].open(ctx, s, log)
-			if err != nil {
-				return nil, nil, closers, err
-			}
-			closers = append(closers, src.closers...)
-		}
-		if s.Kind == KindExpiring {
-			ec, cs, err := expiringSetConfig(ctx, s, src, log)
-			closers = append(closers, cs...)
-			if err != nil {
-				return nil, nil, closers, err
-			}
-			expiring = append(expiring, ec)
-			continue
-		}
-		sc := serve.SetConfig{Name: s.Name, Family: s.Kind.Family(), FPRate: s.FPRate, Capacity: s.Capacity,
-			RebuildInterval: s.RebuildInterval, Registerer: cfg.Registry}
-		if s.Normalize == NormalizeLowerTrim {
-			sc.Normalizer = bloomgate.LowerTrim
-		}
-		if src != nil {
-			sc.Source, sc.Confirm = src.source, src.confirm
-		}
-		if s.follows() {
-			k, cs, err := openKeeper(ctx, s, src, sc, cfg.DataDir, log)
-			closers = append(closers, cs...)
-			if err != nil {
-				return nil, nil, closers, err
-			}
-			sc.Keeper = k
-		}
-		sets = append(sets, sc)
+// connect is the background start: it connects and checks every set and
+// the PostgreSQL front end's statements, all in parallel, then lets the
+// sets run (their stand-ins pass through from then on) and hands the
+// PostgreSQL listener to the front end that answers.
+func (s *Server) connect(ctx context.Context, pending []*pendingSet) {
+	defer close(s.startDone)
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, len(pending)+1)
+	closers := make([][]func(), len(pending)+1)
+	for i, p := range pending {
+		wg.Go(func() { closers[i], errs[i] = openSet(ctx, &s.cfg, i, p) })
 	}
-	return sets, expiring, closers, nil
+	var pg *pgwire.Server
+	if s.pgLn != nil {
+		wg.Go(func() {
+			pg, closers[len(pending)], errs[len(pending)] = newPostgresFront(ctx, &s.cfg, s.store, s.tlsConfig, s.cfg.Registry, s.log)
+		})
+	}
+	wg.Wait()
+	s.mu.Lock()
+	for _, cs := range closers {
+		s.closers = append(s.closers, cs...)
+	}
+	s.mu.Unlock()
+	// The first error in the config's order, whichever came first.
+	if err := firstErr(errs); err != nil {
+		if ctx.Err() != nil {
+			return // closed while starting
+		}
+		err = startError{err}
+		s.startErr.Store(&err)
+		s.errc <- err
+		return
+	}
+	for _, p := range pending {
+		close(p.opened)
+	}
+	if pg != nil {
+		s.mu.Lock()
+		s.pg = pg
+		s.mu.Unlock()
+		ln := s.pgHand.next()
+		go func() {
+			if err := pg.Serve(ln); !errors.Is(err, pgwire.ErrClosed) && !errors.Is(err, net.ErrClosed) {
+				s.errc <- err
+			}
+		}()
+		s.log.Info("answering on the PostgreSQL protocol", "addr", s.pgLn.Addr().String())
+	}
+	s.stages.Connected = time.Since(t0)
+	s.log.Info("sets connected", "sets", len(pending), "seconds", s.stages.Connected.Seconds(),
+		"listen_seconds", s.stages.Listening.Seconds())
+	close(s.started)
+}
+
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// frontReadiness is the PostgreSQL front end's upstream for /readyz: the
+// relay's while starting, the answering front end's after.
+type frontReadiness struct{ s *Server }
+
+func (f frontReadiness) Readiness() (bool, any) {
+	f.s.mu.Lock()
+	pg := f.s.pg
+	f.s.mu.Unlock()
+	if pg == nil {
+		pg = f.s.pgRelay
+	}
+	return pg.Readiness()
+}
+
+// Started is closed once every set is connected and checked (Listen).
+func (s *Server) Started() <-chan struct{} { return s.started }
+
+// Stages returns the durations of the start's stages; Connected is 0
+// until Started is closed.
+func (s *Server) Stages() StartStages {
+	select {
+	case <-s.started:
+		return s.stages
+	default:
+		return StartStages{Listening: s.stages.Listening}
+	}
+}
+
+// readyzStarting makes /readyz give each set that is not ready the reason
+// "starting" while the sets are being connected ("start failed: …" after
+// a failed start).
+func (s *Server) readyzStarting(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-s.started:
+			h.ServeHTTP(w, r)
+			return
+		default:
+		}
+		if r.URL.Path != "/readyz" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := &bufferedResponse{header: http.Header{}, code: http.StatusOK}
+		h.ServeHTTP(rec, r)
+		var body map[string]json.RawMessage // every field kept as it is
+		var sets map[string]json.RawMessage
+		if rec.code != http.StatusOK && rec.code != http.StatusServiceUnavailable ||
+			json.Unmarshal(rec.body.Bytes(), &body) != nil || json.Unmarshal(body["sets"], &sets) != nil {
+			rec.flush(w)
+			return
+		}
+		reason := "starting"
+		if e := s.startErr.Load(); e != nil {
+			reason = "start failed: " + (*e).Error()
+		}
+		for name, raw := range sets {
+			var set map[string]json.RawMessage
+			if json.Unmarshal(raw, &set) != nil || string(set["ready"]) == "true" {
+				continue
+			}
+			set["reason"], _ = json.Marshal(reason)
+			if b, err := json.Marshal(set); err == nil {
+				sets[name] = b
+			}
+		}
+		body["sets"], _ = json.Marshal(sets)
+		b, err := json.Marshal(body)
+		if err != nil {
+			rec.flush(w)
+			return
+		}
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
+		w.Header().Del("Content-Length")
+		w.WriteHeader(rec.code)
+		w.Write(append(b, '\n'))
+	})
+}
+
+// bufferedResponse holds a handler's response for readyzStarting.
+type bufferedResponse struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header         { return b.header }
+func (b *bufferedResponse) WriteHeader(code int)        { b.code = code }
+func (b *bufferedResponse) Write(p []byte) (int, error) { return b.body.Write(p) }
+
+func (b *bufferedResponse) flush(w http.ResponseWriter) {
+	for k, v := range b.header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(b.code)
+	w.Write(b.body.Bytes())
+}
+
+// openSet connects set i's source and, for a followed set, checks its
+// change feed and fan-out (see openKeeper), filling in p. The returned
+// closers release them; they are returned with an error too.
+func openSet(ctx context.Context, cfg *Config, i int, p *pendingSet) ([]func(), error) {
+	var closers []func()
+	s := &cfg.Sets[i]
+	log := cfg.Logger.With("set", s.Name)
+	tr := startTransport(ctx, s, log) // beside the source: independent
+	var src *openedSource
+	if s.Source.Driver != SourceNone {
+		var err error
+		src, err = sources[s.Source.Driver].open(ctx, s, log)
+		if err != nil {
+			if tr != nil {
+				_, cs, _ := tr.get()
+				closers = append(closers, cs...)
+			}
+			return closers, err
+		}
+		closers = append(closers, src.closers...)
+	}
+	p.src = src
+	if s.Kind == KindExpiring {
+		ec, cs, err := expiringSetConfig(ctx, s, src, log)
+		closers = append(closers, cs...)
+		p.expFd = ec.Feed
+		return closers, err
+	}
+	if !s.follows() {
+		return closers, nil
+	}
+	sc := setConfig(cfg, s)
+	if src != nil {
+		sc.Source, sc.Confirm = src.source, src.confirm
+	}
+	k, cs, err := openKeeper(ctx, s, src, tr, sc, cfg.DataDir, log)
+	closers = append(closers, cs...)
+	p.keeper = k
+	return closers, err
 }
 
 // RESPAddr returns the Redis protocol listener's address, or nil without
@@ -283,14 +528,24 @@ func (s *Server) Close() error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		s.log.Info("shutting down: finishing in-flight requests, then a snapshot")
+		s.stopStart()
+		<-s.startDone
 		if s.resp != nil {
 			s.resp.Shutdown(ctx)
 		}
 		if s.http != nil {
 			s.http.Shutdown(ctx)
 		}
-		if s.pg != nil {
-			s.pg.Shutdown(ctx)
+		if s.pgHand != nil {
+			s.pgHand.close()
+		}
+		s.mu.Lock()
+		pg := s.pg
+		s.mu.Unlock()
+		for _, p := range []*pgwire.Server{s.pgRelay, pg} {
+			if p != nil {
+				p.Shutdown(ctx)
+			}
 		}
 		if err := s.store.Close(); err != nil {
 			s.closeErr = fmt.Errorf("final snapshot: %w", err)
@@ -301,7 +556,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return s.closeErr
 }
 
-// abort undoes a Start that failed part way.
+// abort undoes a Listen that failed part way.
 func (s *Server) abort() {
 	for _, ln := range []net.Listener{s.respLn, s.httpLn, s.pgLn} {
 		if ln != nil {
@@ -315,10 +570,13 @@ func (s *Server) abort() {
 }
 
 func (s *Server) release() {
-	for i := len(s.closers) - 1; i >= 0; i-- {
-		s.closers[i]()
-	}
+	s.mu.Lock()
+	closers := s.closers
 	s.closers = nil
+	s.mu.Unlock()
+	for i := len(closers) - 1; i >= 0; i-- {
+		closers[i]()
+	}
 }
 
 // protectedMode refuses a non-loopback address without a password.

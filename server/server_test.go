@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -184,5 +185,44 @@ set users {
 	}
 	if r := srv.Store().Set("users").Status().Role; r != serve.RoleFeeder {
 		t.Errorf("role %v, want the feeder", r)
+	}
+}
+
+// TestListenStartFails: Listen serves before the sets' servers are
+// checked; the set answers "maybe" and a failed check arrives on Err,
+// wrapping ErrStart, with the message naming the set. Start returns that
+// error itself.
+func TestListenStartFails(t *testing.T) {
+	dead := testsvc.FreeAddr(t) // nothing listens there
+	set := SetConfig{
+		Name:           "users",
+		Source:         SourceConfig{Driver: SourcePostgres, DSN: "postgres://postgres@" + dead + "/postgres?sslmode=disable", Table: "users", Column: "email"},
+		ConnectTimeout: time.Second,
+	}
+	srv, err := Listen(Config{RESP: "127.0.0.1:0", Sets: []SetConfig{set}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.RESPAddr().String()})
+	defer rdb.Close()
+	if got, err := rdb.BFExists(context.Background(), "users", "anyone@example.com").Result(); err != nil || !got {
+		t.Errorf("BF.EXISTS before the set is connected = %v, %v; want true (maybe)", got, err)
+	}
+	select {
+	case err := <-srv.Err():
+		if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), `set "users": postgres:`) {
+			t.Errorf("Err = %v; want ErrStart naming the set", err)
+		}
+	case <-srv.Started():
+		t.Fatal("started with an unreachable database")
+	}
+	if srv.Ready() {
+		t.Error("ready after a failed start")
+	}
+
+	_, err = Start(context.Background(), Config{RESP: "127.0.0.1:0", Sets: []SetConfig{set}})
+	if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), `set "users": postgres:`) {
+		t.Errorf("Start = %v; want ErrStart naming the set", err)
 	}
 }

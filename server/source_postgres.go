@@ -22,12 +22,18 @@ func init() {
 // openPostgres connects a set's PostgreSQL table. Its change feed is
 // opened (and checked: wal_level, the publication) by the returned feed
 // functions, only for sets that follow it.
+//
+// A set that follows the feed opens it (its own connection and checks)
+// at once, beside the pool's connection rather than after it: the two are
+// independent, and each costs a backend's start on the server.
 func openPostgres(ctx context.Context, s *SetConfig, log *slog.Logger) (*openedSource, error) {
 	timeout := s.connectTimeout()
+	early := startFeed(ctx, s, log)
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	pool, err := postgres.Connect(cctx, s.Source.DSN)
 	cancel()
 	if err != nil {
+		early.discard()
 		return nil, fmt.Errorf("set %q: postgres: %w", s.Name, timeoutHint(err, cctx, timeout))
 	}
 	o := &openedSource{closers: []func(){pool.Close}}
@@ -35,7 +41,7 @@ func openPostgres(ctx context.Context, s *SetConfig, log *slog.Logger) (*openedS
 	if s.Kind == KindExpiring {
 		o.expiring = postgres.Expiring{Pool: pool, Table: src.Table, KeyColumn: src.Column, ExpiresColumn: s.Expiring.ExpiresColumn, Query: src.Query}
 		o.expiringFeed = func(ctx context.Context) (serve.ExpiringFeed, func(), error) {
-			feed, err := openFeed(ctx, s, log)
+			feed, err := early.get(ctx, s, log)
 			if err != nil {
 				return nil, func() {}, err
 			}
@@ -55,6 +61,7 @@ func openPostgres(ctx context.Context, s *SetConfig, log *slog.Logger) (*openedS
 	}
 	pg, err := postgres.New(postgres.Config{Pool: pool, Query: src.Query, Table: src.Table, Column: src.Column})
 	if err != nil {
+		early.discard()
 		pool.Close()
 		return nil, fmt.Errorf("set %q: %w", s.Name, err)
 	}
@@ -63,13 +70,55 @@ func openPostgres(ctx context.Context, s *SetConfig, log *slog.Logger) (*openedS
 		o.confirm = postgres.Confirm{Pool: pool, Query: src.Confirm}
 	}
 	o.feed = func(ctx context.Context) (bloomgate.Feed, func(), error) {
-		feed, err := openFeed(ctx, s, log)
+		feed, err := early.get(ctx, s, log)
 		if err != nil {
 			return nil, func() {}, err
 		}
 		return feed, func() { feed.Close() }, nil
 	}
 	return o, nil
+}
+
+// earlyFeed is a set's change feed being opened beside its pool.
+type earlyFeed struct {
+	done chan struct{}
+	feed *postgres.Feed
+	err  error
+}
+
+// startFeed starts opening the change feed of a set that will need it (it
+// follows, and is not a fan-out instance only); nil otherwise.
+func startFeed(ctx context.Context, s *SetConfig, log *slog.Logger) *earlyFeed {
+	_, fanned := transports[s.Fanout.Transport]
+	if !s.follows() || fanned && !s.feeder() {
+		return nil
+	}
+	e := &earlyFeed{done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		e.feed, e.err = openFeed(ctx, s, log)
+	}()
+	return e
+}
+
+// get returns the feed started early, or opens it now.
+func (e *earlyFeed) get(ctx context.Context, s *SetConfig, log *slog.Logger) (*postgres.Feed, error) {
+	if e == nil {
+		return openFeed(ctx, s, log)
+	}
+	<-e.done
+	return e.feed, e.err
+}
+
+// discard closes the feed started early, once it is open.
+func (e *earlyFeed) discard() {
+	if e == nil {
+		return
+	}
+	<-e.done
+	if e.feed != nil {
+		e.feed.Close()
+	}
 }
 
 // openFeed returns the set's PostgreSQL change feed after checking, within

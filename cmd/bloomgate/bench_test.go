@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,12 +120,59 @@ func bigTable(b *testing.B, dsn string, n int) {
 	b.Logf("loaded %d keys in %v", n, time.Since(start).Round(time.Second))
 }
 
-// timeToReady starts the server with args and returns the time from exec to
-// /readyz 200, then stops it with SIGTERM (its final snapshot).
-func timeToReady(b *testing.B, bin, httpAddr string, args ...string) time.Duration {
+// startStages is one start of the server, stage by stage.
+type startStages struct {
+	listening time.Duration // exec → "listening" on stdout (serving: every set answers "maybe")
+	connect   time.Duration // the sets' servers connected and checked (log "sets connected")
+	snapshot  time.Duration // the snapshot loaded (log "snapshot loaded"; 0 if none was)
+	ready     time.Duration // exec → /readyz 200
+}
+
+// rest is what the stages do not account for: the replication connection
+// (or the stream's) and catching up with the head, plus the 1 ms /readyz
+// polling.
+func (s startStages) rest() time.Duration { return s.ready - s.listening - s.connect - s.snapshot }
+
+func (s *startStages) add(o startStages) {
+	s.listening += o.listening
+	s.connect += o.connect
+	s.snapshot += o.snapshot
+	s.ready += o.ready
+}
+
+// report reports the mean of n starts' stages.
+func (s startStages) report(b *testing.B, n int) {
+	ms := func(d time.Duration) float64 { return float64(d) / float64(n) / 1e6 }
+	b.ReportMetric(ms(s.ready), "ms-to-ready")
+	b.ReportMetric(ms(s.listening), "ms-listening")
+	b.ReportMetric(ms(s.connect), "ms-connect")
+	b.ReportMetric(ms(s.snapshot), "ms-snapshot")
+	b.ReportMetric(ms(s.rest()), "ms-catchup")
+}
+
+var (
+	connectedLog = regexp.MustCompile(`msg="sets connected" .*\bseconds=([0-9.e+-]+)`)
+	snapshotLog  = regexp.MustCompile(`msg="bloomgate: snapshot loaded" .*\bseconds=([0-9.e+-]+)`)
+)
+
+// logSeconds returns the seconds= of the first log line re matches.
+func logSeconds(re *regexp.Regexp, log string) (time.Duration, bool) {
+	m := re.FindStringSubmatch(log)
+	if m == nil {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(m[1], 64)
+	return time.Duration(f * float64(time.Second)), err == nil
+}
+
+// timeToReady starts the server with args and returns its stages, from
+// exec to /readyz 200, then stops it with SIGTERM (its final snapshot).
+func timeToReady(b *testing.B, bin, httpAddr string, args ...string) startStages {
 	b.Helper()
+	var st startStages
 	start := time.Now()
-	srv := startServe(b, bin, args...)
+	srv := startServe(b, bin, args...) // returns at "listening"
+	st.listening = time.Since(start)
 	for {
 		if r, err := getReadyz(httpAddr); err == nil && r.Ready {
 			break
@@ -134,29 +182,37 @@ func timeToReady(b *testing.B, bin, httpAddr string, args ...string) time.Durati
 		}
 		time.Sleep(time.Millisecond)
 	}
-	d := time.Since(start)
+	st.ready = time.Since(start)
 	srv.cmd.Process.Signal(syscall.SIGTERM)
 	srv.wait()
-	return d
+	log := srv.stderr.String()
+	var ok bool
+	if st.connect, ok = logSeconds(connectedLog, log); !ok {
+		b.Fatalf("no \"sets connected\" line in the log:\n%s", log)
+	}
+	st.snapshot, _ = logSeconds(snapshotLog, log)
+	return st
 }
 
 // BenchmarkServeRestart: exec to /readyz 200 of a server restarting on a
 // followed set of BLOOMGATE_BENCH_KEYS keys from its snapshot in the data
-// directory (process start, config checks, snapshot load and catching up
-// with the feed included).
+// directory, by stage: exec → listening (every set answers "maybe"), the
+// checks against PostgreSQL (a connection, wal_level, the publication),
+// the snapshot load, and the rest (the replication connection and
+// catching up with the feed's head).
 func BenchmarkServeRestart(b *testing.B) {
 	bin := buildBinary(b)
 	pg := newFollowedDB(b)
 	bigTable(b, pg.DSN, benchKeys(b))
 	conf, _, httpAddr, _ := followConf(b, pg.DSN, "")
 	first := timeToReady(b, bin, httpAddr, "-config", conf)
-	b.Logf("first start (bootstrap from the table): %v", first.Round(time.Millisecond))
+	b.Logf("first start (bootstrap from the table): %v", first.ready.Round(time.Millisecond))
 	b.ResetTimer()
-	var total time.Duration
+	var total startStages
 	for range b.N {
-		total += timeToReady(b, bin, httpAddr, "-config", conf)
+		total.add(timeToReady(b, bin, httpAddr, "-config", conf))
 	}
-	b.ReportMetric(float64(total)/float64(b.N)/1e6, "ms-to-ready")
+	total.report(b, b.N)
 }
 
 // BenchmarkServeJoin: exec to /readyz 200 of a new instance-only process
@@ -196,10 +252,10 @@ func BenchmarkServeJoin(b *testing.B) {
 	testsvc.Eventually(b, 30*time.Second, func() bool { return strings.Contains(feeder.stderr.String(), "snapshot") }, "no snapshot")
 	time.Sleep(3 * time.Second) // the feeder's first snapshot upload
 	b.ResetTimer()
-	var total time.Duration
+	var total startStages
 	for range b.N {
 		h := freeAddr(b)
-		total += timeToReady(b, bin, h, "-config", instConf, "-resp", freeAddr(b), "-http", h, "-data", "")
+		total.add(timeToReady(b, bin, h, "-config", instConf, "-resp", freeAddr(b), "-http", h, "-data", ""))
 	}
-	b.ReportMetric(float64(total)/float64(b.N)/1e6, "ms-to-ready")
+	total.report(b, b.N)
 }

@@ -125,6 +125,11 @@ func runFanout(t *testing.T, engine string) {
 		nodes[i] = n
 	}
 	for _, n := range nodes {
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("%s stderr (tail):\n%s", n.name, tail(n.srv.stderr.String(), 3000))
+			}
+		})
 		waitReadyz(t, n.http, 60*time.Second)
 	}
 	role := func(n *fanNode) string {

@@ -613,14 +613,27 @@ func (s *jsStore) GetObject(ctx context.Context, name string) (io.ReadCloser, in
 	if info.Opts != nil && info.Opts.Link != nil {
 		return nil, 0, fmt.Errorf("jetstream: object %s is a link", name)
 	}
-	return &chunkReader{ctx: ctx, stream: s.objStr, subject: "$O.BG_" + s.cfg.Set + "_snap.C." + info.NUID,
+	ctx, cancel := context.WithCancel(ctx)
+	return &chunkReader{ctx: ctx, cancel: cancel, stream: s.objStr, subject: "$O.BG_" + s.cfg.Set + "_snap.C." + info.NUID,
 		left: info.Chunks, size: info.Size, digest: info.Digest, h: sha256.New(), seq: 1}, int64(info.Size), nil
 }
 
+// chunkReadAhead is how many chunk reads a chunkReader keeps in flight: a
+// snapshot is many chunks (128 KiB each by default), each a request to
+// the server, and the decoder works on one while the next ones arrive.
+const chunkReadAhead = 8
+
 // chunkReader reads an object's chunks in order and checks their size and
-// digest at the end.
+// digest at the end. It reads ahead: a chunk is the first message on the
+// object's subject at or after a sequence, and the chunks of one object
+// were put one after the other, so the reads for the sequences after the
+// last chunk's are issued before it is known; a read is used only if its
+// sequence was indeed the one after the previous chunk's (else the
+// pipeline is issued again from there), so the chunks are the same as one
+// read at a time would get.
 type chunkReader struct {
 	ctx     context.Context
+	cancel  context.CancelFunc
 	stream  js.Stream
 	subject string
 	left    uint32 // chunks not read yet
@@ -631,6 +644,55 @@ type chunkReader struct {
 	seq     uint64 // where the next chunk's search starts
 	buf     []byte
 	err     error
+	// ahead are the reads in flight, in the order of their sequences.
+	ahead []*chunkRead
+}
+
+// chunkRead is one read in flight.
+type chunkRead struct {
+	seq  uint64 // the search's start
+	done chan struct{}
+	msg  *js.RawStreamMsg
+	err  error
+}
+
+// fill issues reads up to chunkReadAhead (and no more than the chunks
+// left), each at the sequence after the one before.
+func (r *chunkReader) fill() {
+	next := r.seq
+	if n := len(r.ahead); n > 0 {
+		next = r.ahead[n-1].seq + 1
+	}
+	for len(r.ahead) < chunkReadAhead && uint32(len(r.ahead)) < r.left {
+		cr := &chunkRead{seq: next, done: make(chan struct{})}
+		go func() {
+			defer close(cr.done)
+			cr.msg, cr.err = r.stream.GetMsg(r.ctx, cr.seq, js.WithGetMsgSubject(r.subject))
+		}()
+		r.ahead = append(r.ahead, cr)
+		next++
+	}
+}
+
+// next returns the next chunk.
+func (r *chunkReader) next() (*js.RawStreamMsg, error) {
+	for {
+		r.fill()
+		cr := r.ahead[0]
+		r.ahead = r.ahead[1:]
+		if cr.seq != r.seq {
+			// Issued on a guess that did not hold (another message sat
+			// between two chunks): issue them again from r.seq.
+			r.ahead = r.ahead[:0]
+			continue
+		}
+		select {
+		case <-cr.done:
+		case <-r.ctx.Done():
+			return nil, r.ctx.Err()
+		}
+		return cr.msg, cr.err
+	}
 }
 
 func (r *chunkReader) Read(p []byte) (int, error) {
@@ -643,7 +705,7 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 			}
 			break
 		}
-		m, err := r.stream.GetMsg(r.ctx, r.seq, js.WithGetMsgSubject(r.subject))
+		m, err := r.next()
 		if err != nil {
 			r.err = fmt.Errorf("jetstream: object chunk %s after sequence %d: %w", r.subject, r.seq, err)
 			break
@@ -661,7 +723,11 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (r *chunkReader) Close() error { return nil }
+// Close cancels the reads in flight.
+func (r *chunkReader) Close() error {
+	r.cancel()
+	return nil
+}
 
 func (s *jsStore) Objects(ctx context.Context) ([]string, error) {
 	infos, err := s.objects.List(ctx)

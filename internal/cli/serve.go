@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -102,11 +103,14 @@ func mergeServeFlags(f *server.ConfigFile, set map[string]bool, respAddr, httpAd
 	return cfg
 }
 
-// serveMain runs the server until ctx is done or a listener fails: the
-// process's part (stdout's "listening" and "ready", the Go runtime's
-// memory limit); server.Start does the rest.
+// serveMain runs the server until ctx is done, a listener fails or the
+// start fails: the process's part (stdout's "listening" and "ready", the
+// Go runtime's memory limit); server.Listen does the rest. It listens
+// first: the checks that need no network come before, those against the
+// sets' servers after, while every set answers "maybe"; a failure of
+// those stops the process with their message.
 func serveMain(ctx context.Context, cfg server.Config, stdout io.Writer) error {
-	srv, err := server.Start(ctx, cfg)
+	srv, err := server.Listen(cfg)
 	if err != nil {
 		return err
 	}
@@ -114,7 +118,7 @@ func serveMain(ctx context.Context, cfg server.Config, stdout io.Writer) error {
 	memCtx, stopMem := context.WithCancel(ctx)
 	defer stopMem()
 	followMemoryLimit(memCtx, srv.Store().UsedMemory, srv.Connections, cfg.MaxMemory)
-	// "listening" once the listeners are up; "ready" once every set is,
+	// "listening" once the listeners serve; "ready" once every set is,
 	// when /readyz says 200 (at once without table-backed sets).
 	fmt.Fprintln(stdout, "bloomgate serve: listening")
 	readyCtx, stopReady := context.WithCancel(ctx)
@@ -122,7 +126,12 @@ func serveMain(ctx context.Context, cfg server.Config, stdout io.Writer) error {
 	defer func() { stopReady(); <-readyDone }()
 	go func() {
 		defer close(readyDone)
-		t := time.NewTicker(50 * time.Millisecond)
+		select {
+		case <-readyCtx.Done():
+			return
+		case <-srv.Started():
+		}
+		t := time.NewTicker(5 * time.Millisecond)
 		defer t.Stop()
 		for !srv.Ready() {
 			select {
@@ -136,6 +145,10 @@ func serveMain(ctx context.Context, cfg server.Config, stdout io.Writer) error {
 	select {
 	case <-ctx.Done():
 	case err := <-srv.Err():
+		if errors.Is(err, server.ErrStart) {
+			srv.Close()
+			return err
+		}
 		cfg.Logger.Error("listener failed", "err", err)
 	}
 	return srv.Close()

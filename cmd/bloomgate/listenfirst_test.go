@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bloomgate/bloomgate/internal/testsvc"
+)
+
+// heldProxy forwards TCP connections to upstream, but only once release is
+// called: until then a connection is accepted and left waiting, as a
+// database that is slow to answer (or unreachable for a while) leaves it.
+type heldProxy struct {
+	ln       net.Listener
+	upstream string
+	release  chan struct{}
+	once     sync.Once
+}
+
+func newHeldProxy(t testing.TB, upstream string) *heldProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &heldProxy{ln: ln, upstream: upstream, release: make(chan struct{})}
+	t.Cleanup(func() { p.Release(); ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.pipe(c)
+		}
+	}()
+	return p
+}
+
+func (p *heldProxy) Addr() string { return p.ln.Addr().String() }
+
+// Release lets every held and later connection through.
+func (p *heldProxy) Release() { p.once.Do(func() { close(p.release) }) }
+
+func (p *heldProxy) pipe(c net.Conn) {
+	defer c.Close()
+	<-p.release
+	u, err := net.Dial("tcp", p.upstream)
+	if err != nil {
+		return
+	}
+	defer u.Close()
+	go func() { io.Copy(u, c); u.(*net.TCPConn).CloseWrite() }()
+	io.Copy(c, u)
+}
+
+// TestServeListensFirst: a `bloomgate serve` whose PostgreSQL does not
+// answer yet (held behind a proxy) accepts connections and answers: every
+// key of its set "maybe" (BF.EXISTS 1, the table's keys included: never a
+// false negative while starting) and /readyz 503 with the reason
+// "starting". Once the database answers, the set becomes ready and answers
+// absent keys 0 and the table's keys 1.
+func TestServeListensFirst(t *testing.T) {
+	bin := buildBinary(t)
+	pg := newFollowedDB(t)
+	pg.SQL(t, "INSERT INTO users SELECT 'user' || i || '@example.com' FROM generate_series(1, 1000) i")
+	proxy := newHeldProxy(t, fmt.Sprintf("%s:%d", pg.Host, pg.Port))
+	dsn := strings.Replace(pg.DSN, fmt.Sprintf("%s:%d", pg.Host, pg.Port), proxy.Addr(), 1)
+	front := freeAddr(t)
+	conf, respAddr, httpAddr := serveConf(t, t.TempDir(), fmt.Sprintf(`postgres-listen %s
+postgres-upstream %s:%d
+set users {
+  postgres %s
+  table users
+  column email
+  slot bg_users
+  publication bg_users
+  kind cuckoo
+  connect-timeout 2m
+  answer "SELECT email FROM users WHERE email = $1"
+}
+`, front, pg.Host, pg.Port, dsn))
+
+	// Not startServe: on a server that serves only after its checks, its
+	// "listening" line would never come while the database is held.
+	cmd := exec.Command(bin, "serve", "-config", conf)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	go io.Copy(io.Discard, bufio.NewReader(stdout))
+
+	ctx := context.Background()
+	// The answer must come while the database is still held: a generous
+	// read timeout, not a measure of speed.
+	rdb := redis.NewClient(&redis.Options{Addr: respAddr, ReadTimeout: 30 * time.Second, MaxRetries: -1, DialTimeout: time.Second})
+	defer rdb.Close()
+	var ping error
+	testsvc.Eventually(t, 30*time.Second, func() bool {
+		ping = rdb.Ping(ctx).Err()
+		return ping == nil || !isRefused(ping)
+	}, "RESP never accepted a connection: %v; stderr:\n%s", lazyErr(&ping), stderr)
+	if ping != nil {
+		t.Fatalf("PING while the database is held: %v (no answer while starting); stderr:\n%s", ping, stderr)
+	}
+
+	present := []string{"user1@example.com", "user500@example.com", "user1000@example.com"}
+	absent := []string{"nobody@example.com", "user1001@example.com"}
+	for _, k := range append(append([]string{}, present...), absent...) {
+		got, err := rdb.Do(ctx, "BF.EXISTS", "users", k).Bool()
+		if err != nil || !got {
+			t.Errorf("BF.EXISTS users %s while starting = %v, %v; want 1 (maybe: not ready)", k, got, err)
+		}
+	}
+	args := []any{"BF.MEXISTS", "users"}
+	for _, k := range present {
+		args = append(args, k)
+	}
+	if got, err := rdb.Do(ctx, args...).BoolSlice(); err != nil || len(got) != len(present) || !got[0] || !got[1] || !got[2] {
+		t.Errorf("BF.MEXISTS while starting = %v, %v; want all 1", got, err)
+	}
+	hc := http.Client{Timeout: 30 * time.Second}
+	resp, err := hc.Get("http://" + httpAddr + "/readyz")
+	if err != nil {
+		t.Fatalf("/readyz while starting: %v", err)
+	}
+	var r struct {
+		readyz
+		Dependencies map[string]json.RawMessage `json:"dependencies"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&r)
+	resp.Body.Close()
+	if _, ok := r.Dependencies["postgres-upstream"]; !ok {
+		t.Errorf("/readyz while starting lacks the front end's upstream: %+v", r)
+	}
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || r.Ready {
+		t.Errorf("/readyz while starting: %d %+v (%v); want 503, not ready", resp.StatusCode, r, err)
+	}
+	if st, ok := r.Sets["users"]; !ok || st.Ready || st.Reason != "starting" {
+		t.Errorf("/readyz while starting: set users %+v (listed: %v); want not ready with the reason \"starting\"", st, ok)
+	}
+	// The PostgreSQL front end relays every statement meanwhile: a row
+	// that is there is found.
+	fc, err := pgx.Connect(ctx, fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&connect_timeout=30", pg.User, front, pg.Database))
+	if err != nil {
+		t.Fatalf("connect to the PostgreSQL front end while starting: %v", err)
+	}
+	defer fc.Close(ctx)
+	frontFinds := func(when string) {
+		t.Helper()
+		for _, k := range present {
+			var got string
+			if err := fc.QueryRow(ctx, "SELECT email FROM users WHERE email = $1", k).Scan(&got); err != nil || got != k {
+				t.Errorf("front end %s: %s = %q, %v; want the row", when, k, got, err)
+			}
+		}
+		var got string
+		if err := fc.QueryRow(ctx, "SELECT email FROM users WHERE email = $1", absent[0]).Scan(&got); !errors.Is(err, pgx.ErrNoRows) {
+			t.Errorf("front end %s: %s = %q, %v; want no rows", when, absent[0], got, err)
+		}
+	}
+	frontFinds("while starting")
+
+	proxy.Release()
+	waitReadyz(t, httpAddr, 2*time.Minute)
+	for _, k := range present {
+		if got, err := rdb.Do(ctx, "BF.EXISTS", "users", k).Bool(); err != nil || !got {
+			t.Errorf("BF.EXISTS users %s once ready = %v, %v; want 1", k, got, err)
+		}
+	}
+	// The filter is in use: absent keys answer 0 (a cuckoo filter at
+	// 0.001 would need bad luck to say maybe for both).
+	zeros := 0
+	for _, k := range absent {
+		if got, err := rdb.Do(ctx, "BF.EXISTS", "users", k).Bool(); err == nil && !got {
+			zeros++
+		}
+	}
+	if zeros == 0 {
+		t.Errorf("no absent key answered 0 once ready; stderr:\n%s", stderr)
+	}
+	// The session opened while starting goes on relaying; a new one is
+	// served by the front end with the checked statements.
+	frontFinds("once ready, a session from before")
+	fc2, err := pgx.Connect(ctx, fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&connect_timeout=30", pg.User, front, pg.Database))
+	if err != nil {
+		t.Fatalf("connect to the PostgreSQL front end once ready: %v", err)
+	}
+	defer fc2.Close(ctx)
+	fc = fc2
+	frontFinds("once ready")
+	frontFinds("once ready, again")
+	if n := (&pgFront{httpAddr: httpAddr}).metric(t, "bloomgate_pgwire_answered_total"); n == 0 {
+		t.Errorf("the front end answered nothing itself once ready (bloomgate_pgwire_answered_total 0)")
+	}
+}
+
+func isRefused(err error) bool {
+	return strings.Contains(err.Error(), "connection refused")
+}
+
+type errString struct{ p *error }
+
+func (e errString) String() string {
+	if *e.p == nil {
+		return "<nil>"
+	}
+	return (*e.p).Error()
+}
+
+func lazyErr(p *error) fmt.Stringer { return errString{p} }

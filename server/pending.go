@@ -1,0 +1,225 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bloomgate/bloomgate"
+	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/serve"
+)
+
+// A set is declared in the keyspace before its source, change feed and
+// fan-out are connected (Listen serves at once, and a set name unknown to
+// the keyspace would be answered "absent"). Until they are, the set's
+// gate is not ready and answers "maybe": its Source, Keeper, Confirmer and
+// expiring Source and Feed are the pendingSet's stand-ins, which wait for
+// the connections and then pass every call through.
+
+// pendingSet is one set's connections, filled in by the background start.
+type pendingSet struct {
+	name string
+	// opened is closed once the fields below are set (and never, when
+	// the start fails: the stand-ins wait for their ctx then).
+	opened chan struct{}
+	src    *openedSource
+	keeper serve.Keeper
+	expFd  serve.ExpiringFeed
+	// role is the set's role before it is connected (Keeper.Role must not
+	// block).
+	role serve.Role
+}
+
+func newPendingSet(s *SetConfig) *pendingSet {
+	p := &pendingSet{name: s.Name, opened: make(chan struct{}), role: serve.RoleFollower}
+	if _, fanned := transports[s.Fanout.Transport]; fanned {
+		p.role = serve.RoleInstance
+		if s.Source.Driver == SourcePostgres && s.feeder() {
+			p.role = serve.RoleStandby
+		}
+	}
+	return p
+}
+
+// errNotConnected answers an exact lookup (the confirm query) asked before
+// the set's database connection is open.
+var errNotConnected = errors.New("the database connection is not open yet (the server is starting)")
+
+func (p *pendingSet) wait(ctx context.Context) error {
+	select {
+	case <-p.opened:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *pendingSet) isOpen() bool {
+	select {
+	case <-p.opened:
+		return true
+	default:
+		return false
+	}
+}
+
+// pendingSource stands in for a set's bloomgate.Source.
+type pendingSource struct{ p *pendingSet }
+
+func (s pendingSource) Scan(ctx context.Context, fn func([]byte) error) error {
+	if err := s.p.wait(ctx); err != nil {
+		return err
+	}
+	return s.p.src.source.Scan(ctx, fn)
+}
+
+func (s pendingSource) Estimate(ctx context.Context) (int64, error) {
+	if err := s.p.wait(ctx); err != nil {
+		return 0, err
+	}
+	return s.p.src.source.Estimate(ctx)
+}
+
+// pendingConfirm stands in for a set's confirm query: an exact answer
+// needs the database, so before it is connected the lookup fails (an
+// error reply), rather than waiting for as long as the start takes.
+type pendingConfirm struct{ p *pendingSet }
+
+func (c pendingConfirm) Exists(ctx context.Context, key string) (bool, error) {
+	if !c.p.isOpen() {
+		return false, fmt.Errorf("set %q: %w", c.p.name, errNotConnected)
+	}
+	return c.p.src.confirm.Exists(ctx, key)
+}
+
+// pendingKeeper stands in for a followed set's Keeper.
+type pendingKeeper struct{ p *pendingSet }
+
+func (k pendingKeeper) Run(ctx context.Context, g *bloomgate.Gate) error {
+	if err := k.p.wait(ctx); err != nil {
+		return err
+	}
+	return k.p.keeper.Run(ctx, g)
+}
+
+func (k pendingKeeper) Role() serve.Role {
+	if !k.p.isOpen() {
+		return k.p.role
+	}
+	return k.p.keeper.Role()
+}
+
+// pendingExpiringSource stands in for an expiring set's source.
+type pendingExpiringSource struct{ p *pendingSet }
+
+func (s pendingExpiringSource) ScanExpiring(ctx context.Context, fn func([]byte, time.Time) error) error {
+	if err := s.p.wait(ctx); err != nil {
+		return err
+	}
+	return s.p.src.expiring.ScanExpiring(ctx, fn)
+}
+
+// pendingExpiringFeed stands in for a followed expiring set's feed.
+type pendingExpiringFeed struct{ p *pendingSet }
+
+func (f pendingExpiringFeed) BootstrapExpiring(ctx context.Context, fn func([]byte, time.Time) error) (changefeed.Position, error) {
+	if err := f.p.wait(ctx); err != nil {
+		return 0, err
+	}
+	return f.p.expFd.BootstrapExpiring(ctx, fn)
+}
+
+func (f pendingExpiringFeed) Stream(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error {
+	if err := f.p.wait(ctx); err != nil {
+		return err
+	}
+	return f.p.expFd.Stream(ctx, from, apply)
+}
+
+func (f pendingExpiringFeed) Head(ctx context.Context) (changefeed.Position, error) {
+	if err := f.p.wait(ctx); err != nil {
+		return 0, err
+	}
+	return f.p.expFd.Head(ctx)
+}
+
+func (f pendingExpiringFeed) Confirm(ctx context.Context, pos changefeed.Position) error {
+	if err := f.p.wait(ctx); err != nil {
+		return err
+	}
+	return f.p.expFd.Confirm(ctx, pos)
+}
+
+// ParseExpiry is called only for what Stream delivered, so after the
+// feed is open.
+func (f pendingExpiringFeed) ParseExpiry(v []byte) (time.Time, error) {
+	if !f.p.isOpen() {
+		return time.Time{}, fmt.Errorf("set %q: %w", f.p.name, errNotConnected)
+	}
+	return f.p.expFd.ParseExpiry(v)
+}
+
+// Err is nil while starting: the readiness reason says "starting".
+func (f pendingExpiringFeed) Err() error {
+	if !f.p.isOpen() {
+		return nil
+	}
+	return f.p.expFd.Err()
+}
+
+var (
+	_ bloomgate.Source     = pendingSource{}
+	_ serve.Confirmer      = pendingConfirm{}
+	_ serve.Keeper         = pendingKeeper{}
+	_ serve.ExpiringSource = pendingExpiringSource{}
+	_ serve.ExpiringFeed   = pendingExpiringFeed{}
+)
+
+// declaredSets returns the keyspace's declaration of cfg's sets, each with
+// the pendingSet's stand-ins in place of its connections.
+func declaredSets(cfg *Config, pending []*pendingSet) ([]serve.SetConfig, []serve.ExpiringSetConfig) {
+	var sets []serve.SetConfig
+	var expiring []serve.ExpiringSetConfig
+	for i := range cfg.Sets {
+		s, p := &cfg.Sets[i], pending[i]
+		if s.Kind == KindExpiring {
+			ec := serve.ExpiringSetConfig{
+				Name: s.Name,
+				Params: serve.ExpiringParams{MaxTTL: s.Expiring.MaxTTL, Capacity: s.Capacity, ErrorRate: s.FPRate,
+					Generations: s.Expiring.Generations},
+				RefreshInterval: s.RebuildInterval,
+				Source:          pendingExpiringSource{p},
+			}
+			if s.follows() && s.Source.Driver == SourcePostgres {
+				ec.Feed, ec.MaxLag = pendingExpiringFeed{p}, s.Feed.MaxLag
+			}
+			expiring = append(expiring, ec)
+			continue
+		}
+		sc := setConfig(cfg, s)
+		if s.Source.Driver != SourceNone {
+			sc.Source = pendingSource{p}
+			if s.Source.Confirm != "" {
+				sc.Confirm = pendingConfirm{p}
+			}
+		}
+		if s.follows() {
+			sc.Keeper = pendingKeeper{p}
+		}
+		sets = append(sets, sc)
+	}
+	return sets, expiring
+}
+
+// setConfig is a bloom or cuckoo set's keyspace config, without its
+// source, confirm query and keeper.
+func setConfig(cfg *Config, s *SetConfig) serve.SetConfig {
+	sc := serve.SetConfig{Name: s.Name, Family: s.Kind.Family(), FPRate: s.FPRate, Capacity: s.Capacity,
+		RebuildInterval: s.RebuildInterval, Registerer: cfg.Registry}
+	if s.Normalize == NormalizeLowerTrim {
+		sc.Normalizer = bloomgate.LowerTrim
+	}
+	return sc
+}
