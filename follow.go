@@ -316,6 +316,13 @@ type follower struct {
 	perPos    float64 // keys per unit of position applied (a stream's backlog in keys)
 	buildDur  time.Duration
 	buildKeys uint64
+	// Readers of the snapshots (a fan-out feeder's instances) swap in a
+	// newer filter only once its snapshot is saved and they have read it:
+	// saveDur and saveKeys time the last save, genPending marks a newer
+	// filter whose snapshot waits for a save under way to end.
+	saveDur    time.Duration
+	saveKeys   uint64
+	genPending bool
 	// swap: a newer generation being caught up (Generations), and
 	// swapFailed, how to end the stream when it cannot be.
 	swap       *feedSwap
@@ -859,7 +866,26 @@ func (fl *follower) arrivingLocked(n uint64) float64 {
 		// started empty): assume minCopyPerKey a key.
 		build = max(build, float64(n)*minCopyPerKey.Seconds())
 	}
-	return backlog + 3*fl.rate*build
+	return backlog + fl.rate*(3*build+fl.readersLagLocked(n))
+}
+
+// snapshotReaders is implemented by a SnapshotStore whose snapshots other
+// processes swap in (a fan-out feeder's, read by its instances): ReadDelay
+// is how long after a Save they may take to notice it.
+type snapshotReaders interface{ ReadDelay() time.Duration }
+
+// readersLagLocked is how long, in seconds, the readers of the snapshots
+// keep serving the old filter after a rebuild is published: at most two
+// saves (one under way may be in the way), their read delay, and their
+// load, about a save's time again, each save scaled to n keys. Zero for a
+// store nobody else reads.
+func (fl *follower) readersLagLocked(n uint64) float64 {
+	r, ok := fl.cfg.Snapshots.(snapshotReaders)
+	if !ok {
+		return 0
+	}
+	save := fl.saveDur.Seconds() * max(1, float64(n)/float64(max(fl.saveKeys, 1)))
+	return r.ReadDelay().Seconds() + 3*save
 }
 
 // minCopyPerKey is what a growth trigger assumes a rebuild's copy costs per
@@ -1090,6 +1116,7 @@ func (fl *follower) runRebuild(ctx context.Context, rb *feedRebuild) {
 	fl.buildDur, fl.buildKeys = g.cfg.Now().Sub(start), uint64(keys)+uint64(replayed)
 	g.noteSwapLocked()
 	g.mu.Unlock()
+	fl.genPending = true
 	fl.snapshotLocked()
 	g.cfg.Logger.Info("bloomgate: filter rebuilt from the change feed", "reason", rb.cause, "keys", keys, "position", pos,
 		"capacity", rb.capacity, "seconds", g.cfg.Now().Sub(start).Seconds(), "failed_before", fl.failed)
@@ -1259,8 +1286,16 @@ func (g *Gate) abandonPending(nf Filter) {
 // position; writing it, and confirming the position once it is durable,
 // happen beside the stream, bounded by SnapshotTimeout.
 func (fl *follower) snapshotLocked() {
-	if fl.cfg.Snapshots == nil || fl.saving {
+	if fl.cfg.Snapshots == nil {
 		return
+	}
+	if fl.saving {
+		return // a newer filter's snapshot (genPending) follows this save at once
+	}
+	fl.genPending = false
+	start, keys := fl.g.cfg.Now(), uint64(0)
+	if v := fl.g.view.Load(); v.f != nil {
+		keys = items(v.f)
 	}
 	data, pos, err := fl.encodeLocked()
 	if err != nil {
@@ -1272,11 +1307,20 @@ func (fl *follower) snapshotLocked() {
 	}
 	fl.saving = true
 	fl.wg.Go(func() {
-		if err := fl.save(pos, data); err != nil {
+		err := fl.save(pos, data)
+		if err != nil {
 			fl.g.cfg.Logger.Error("bloomgate: snapshot failed; the feed keeps the unconfirmed transactions", "position", pos, "err", err)
 		}
 		fl.mu.Lock()
 		fl.saving = false
+		if err == nil {
+			fl.saveDur, fl.saveKeys = fl.g.cfg.Now().Sub(start), keys
+		}
+		if fl.genPending {
+			// A newer filter was published during this save: its snapshot
+			// is taken at the next transaction, not a SnapshotInterval on.
+			fl.lastSnapshot = time.Time{}
+		}
 		fl.mu.Unlock()
 	})
 }

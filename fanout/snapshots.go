@@ -10,6 +10,7 @@ import (
 	"hash"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/bloomgate/bloomgate/changefeed"
 )
@@ -109,6 +110,17 @@ type snapshots struct {
 }
 
 var _ changefeed.SnapshotStore = (*snapshots)(nil)
+
+// ReadDelay is how long after the feeder's Save a running instance may take
+// to read the new record (it reads it every filterCheckEvery): the feeder's
+// growth trigger leaves room for the keys that arrive meanwhile. Zero on an
+// instance (nobody reads its snapshots).
+func (ss *snapshots) ReadDelay() time.Duration {
+	if ss.pub == nil {
+		return 0
+	}
+	return filterCheckEvery
+}
 
 // Save uploads the snapshot (the feeder's) or writes it to the local
 // store (an instance's; without one it does nothing).
