@@ -61,6 +61,7 @@ type readyz struct {
 		Reason     string  `json:"reason"`
 		Position   string  `json:"position"`
 		LagSeconds float64 `json:"lag_seconds"`
+		Generation uint64  `json:"generation"`
 	} `json:"sets"`
 }
 
