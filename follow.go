@@ -319,7 +319,8 @@ type follower struct {
 	// Readers of the snapshots (a fan-out feeder's instances) swap in a
 	// newer filter only once its snapshot is saved and they have read it:
 	// saveDur and saveKeys time the last save, genPending marks a newer
-	// filter whose snapshot waits for a save under way to end.
+	// filter whose snapshot waits for a save under way to end, or for the
+	// stream to reach its copy's point.
 	saveDur    time.Duration
 	saveKeys   uint64
 	genPending bool
@@ -799,7 +800,9 @@ func (fl *follower) apply(t changefeed.Txn) error {
 		if err := fl.feed.Confirm(context.Background(), fl.pos); err != nil {
 			g.cfg.Logger.Warn("bloomgate: confirming a position to the change feed failed", "position", fl.pos, "err", err)
 		}
-	case now.Sub(fl.lastSnapshot) >= fl.cfg.SnapshotInterval && fl.rebuild == nil:
+	case (fl.genPending || now.Sub(fl.lastSnapshot) >= fl.cfg.SnapshotInterval) && fl.rebuild == nil:
+		// genPending: a rebuilt filter's snapshot waits for a save under
+		// way to end, or for the stream to reach the rebuild's copy.
 		fl.snapshotLocked()
 	}
 	if fl.rebuild == nil && !fl.noRebuild && !now.Before(fl.rebuildAfter) {
@@ -1290,9 +1293,8 @@ func (fl *follower) snapshotLocked() {
 		return
 	}
 	if fl.saving {
-		return // a newer filter's snapshot (genPending) follows this save at once
+		return // a newer filter's (genPending) is taken at the next transaction after it
 	}
-	fl.genPending = false
 	start, keys := fl.g.cfg.Now(), uint64(0)
 	if v := fl.g.view.Load(); v.f != nil {
 		keys = items(v.f)
@@ -1305,6 +1307,7 @@ func (fl *follower) snapshotLocked() {
 	if data == nil {
 		return
 	}
+	fl.genPending = false
 	fl.saving = true
 	fl.wg.Go(func() {
 		err := fl.save(pos, data)
@@ -1316,11 +1319,6 @@ func (fl *follower) snapshotLocked() {
 		if err == nil {
 			fl.saveDur, fl.saveKeys = fl.g.cfg.Now().Sub(start), keys
 		}
-		if fl.genPending {
-			// A newer filter was published during this save: its snapshot
-			// is taken at the next transaction, not a SnapshotInterval on.
-			fl.lastSnapshot = time.Time{}
-		}
 		fl.mu.Unlock()
 	})
 }
@@ -1328,6 +1326,13 @@ func (fl *follower) snapshotLocked() {
 // encodeLocked encodes the serving filter at the applied position. fl.mu is
 // held. It returns nil data when there is nothing to snapshot.
 func (fl *follower) encodeLocked() ([]byte, changefeed.Position, error) {
+	if fl.pos < fl.heldBelow {
+		// A rebuild's filter ahead of the stream holds transactions
+		// after the applied position: a snapshot there would have them
+		// applied twice from it (a delete twice: a false negative).
+		// Taken once the stream reaches the copy's point.
+		return nil, 0, nil
+	}
 	fl.lastSnapshot = fl.g.cfg.Now()
 	v := fl.g.view.Load()
 	if fl.cfg.Snapshots == nil || v.f == nil {
