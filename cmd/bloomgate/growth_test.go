@@ -31,8 +31,9 @@ import (
 // transaction the process has applied (by /readyz's position) must be
 // there. Every process serves each newer generation (/readyz's generation
 // reaches the newest), swaps it in beside its stream (never ending it to
-// reload), logs no rebuild of its own nor a snapshot it cannot place in the
-// log, and no warning or error repeats per transaction. Under -short it is
+// reload), ends with one item per row (none applied twice), logs no
+// rebuild of its own nor a snapshot it cannot place in the log, and no
+// warning or error repeats per transaction. Under -short it is
 // skipped (five processes, a NATS cluster, 180 k rows).
 func TestServeFanoutFollowsRebuilds(t *testing.T) {
 	testsvc.Short(t, "starts PostgreSQL, Redis or NATS, and three servers, and grows a table to 240 k rows")
@@ -294,8 +295,10 @@ func fanoutGrowth(t *testing.T, engine string) {
 		return false
 	}, "the processes never served one generation")
 	for i, tl := range tallies {
-		if tl.gens[0]+2 > newest {
-			t.Errorf("serve%d: generations %v, then %d: want at least two rebuilds while the table grew 4×", i, tl.gens, newest)
+		// How many rebuilds depends on the pace (a rebuild is sized from
+		// what it reads): at least one.
+		if tl.gens[0] >= newest {
+			t.Errorf("serve%d: generations %v, then %d: want a rebuild while the table grew 4×", i, tl.gens, newest)
 		}
 	}
 	for i, n := range nodes {
@@ -305,6 +308,11 @@ func fanoutGrowth(t *testing.T, engine string) {
 			t.Fatal(err)
 		}
 		t.Logf("serve%d: generation %d, capacity %d, items %d, FP rate %.4f (target %g)", i, newest, c, it, rate, fpRate)
+		if it != rows {
+			// More: a transaction applied twice (a delete twice would be a
+			// false negative in a filter that removes).
+			t.Errorf("serve%d: %d items for %d rows", i, it, rows)
+		}
 		if c < it || rate > 2*fpRate {
 			t.Errorf("serve%d does not serve a filter sized for the table: capacity %d for %d items, FP rate %.4f (target %g)", i, c, it, rate, fpRate)
 		}
