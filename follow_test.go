@@ -488,7 +488,7 @@ func (s *heldStore) state() (held bool, saved []changefeed.Position) {
 // snapshot after the rebuild's within a minute's interval.
 func TestFollowRebuildSnapshotAfterSave(t *testing.T) {
 	clock := newFakeClock()
-	feed := newMemFeed(keys("user", 100)...)
+	feed := memfeed.NewFeed(keys("user", 100)...)
 	store := &heldStore{}
 	g, stop := follow(t, feed, bloomgate.Config{Now: clock.Now, RebuildInterval: time.Hour, CheckInterval: time.Nanosecond},
 		bloomgate.FollowConfig{MaxLag: time.Hour, Snapshots: store, SnapshotInterval: time.Minute})
@@ -506,7 +506,7 @@ func TestFollowRebuildSnapshotAfterSave(t *testing.T) {
 	close(release)
 	// Within the interval (the clock stands still), transactions go on.
 	waitFor(t, func() bool {
-		feed.commit([]string{fmt.Sprint("after", time.Now().UnixNano(), "@example.com")}, nil)
+		feed.Commit([]string{fmt.Sprint("after", time.Now().UnixNano(), "@example.com")}, nil)
 		_, saved := store.state()
 		return len(saved) >= 3 && saved[len(saved)-1] >= rebuilt
 	})
@@ -533,19 +533,19 @@ func (o oneSnapshot) Load(ctx context.Context, try func(io.Reader) error) error 
 // removed an absent key.
 func TestFollowSnapshotNotAheadOfStream(t *testing.T) {
 	clock := newFakeClock()
-	feed := newMemFeed(keys("user", 100)...)
+	feed := memfeed.NewFeed(keys("user", 100)...)
 	store := &heldStore{}
 	gcfg := bloomgate.Config{Now: clock.Now, NewFilter: bloomgate.NewCuckoo, RebuildInterval: time.Hour, CheckInterval: time.Nanosecond}
 	g, stop := follow(t, feed, gcfg, bloomgate.FollowConfig{MaxLag: time.Hour, Snapshots: store, SnapshotInterval: time.Hour})
-	waitApplied(t, g, feed.commit([]string{"k@example.com"}, nil))
+	waitApplied(t, g, feed.Commit([]string{"k@example.com"}, nil))
 	hold := startHeldRebuild(t, g, feed, clock)
-	feed.setPaused(true)
-	feed.commit(nil, []string{"k@example.com"}) // not streamed yet, and not in the rebuild's copy
-	feed.commit([]string{"m@example.com"}, nil) // not streamed yet, and in the rebuild's copy
+	feed.SetPaused(true)
+	feed.Commit(nil, []string{"k@example.com"}) // not streamed yet, and not in the rebuild's copy
+	feed.Commit([]string{"m@example.com"}, nil) // not streamed yet, and in the rebuild's copy
 	close(hold)
 	waitFor(t, func() bool { return g.Stats().Builds == 2 && g.Stats().State == bloomgate.StateReady })
 	stop() // its shutdown snapshot too
-	feed.setPaused(false)
+	feed.SetPaused(false)
 	_, saved := store.state()
 	store.mu.Lock()
 	data := slices.Clone(store.data)
@@ -553,7 +553,7 @@ func TestFollowSnapshotNotAheadOfStream(t *testing.T) {
 	live := append(keys("user", 100), "t0@example.com", "m@example.com")
 	for i := range saved {
 		g2, stop2 := follow(t, feed, gcfg, bloomgate.FollowConfig{MaxLag: time.Hour, Snapshots: oneSnapshot(data[i]), SnapshotInterval: time.Hour})
-		waitApplied(t, g2, feed.commit(nil, nil))
+		waitApplied(t, g2, feed.Commit(nil, nil))
 		st := g2.Stats()
 		stop2()
 		if st.Filter.Items != uint64(len(live)) || st.Filter.RemoveMisses != 0 {
