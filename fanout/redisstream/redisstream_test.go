@@ -321,15 +321,12 @@ func TestRedisOpenNeverWeakens(t *testing.T) {
 	t.Logf("Open with another MaxLen: %v", err)
 }
 
-// TestRedisInstancesFollowRebuilds: the table grows 4× while instances run.
-// The feeder's gate rebuilds its overfilled filter and records a snapshot
-// of the new one; every running instance loads it without a restart. Every
-// row stays "maybe" on every instance throughout, and once the rebuilds
-// are done each instance's measured false-positive rate is within 2× the
-// target.
-func TestRedisInstancesFollowRebuilds(t *testing.T) {
-	testsvc.Short(t, "a table growing 4× under running instances")
-	const fpRate = 0.01
+// growingFanout starts, over a Redis stream, a feeder whose gate has a
+// 4,096-key floor below the table's 5,000 rows (so it grows past its
+// filters) and two instances, and returns them once both are ready, with
+// the instances' logs.
+func growingFanout(t *testing.T, fpRate float64) (*fanouttest.PG, *bloomgate.Gate, []*bloomgate.Gate, *lockedBuffer) {
+	t.Helper()
 	set, _, _ := openSet(t)
 	pg := fanouttest.NewPG(t, 5000)
 	gcfg := bloomgate.Config{Source: pg.Source, FPRate: fpRate, CheckInterval: 100 * time.Millisecond}
@@ -338,7 +335,6 @@ func TestRedisInstancesFollowRebuilds(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, err := set.NewFeeder(redisstream.FeederConfig{Feed: pg.Feed(t), Gate: fg, HeartbeatInterval: testHeartbeat,
-		// A floor below the table's rows, so that it grows past its filters.
 		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Hour, MaxLag: testMaxLag, MinCapacity: 4096}})
 	if err != nil {
 		t.Fatal(err)
@@ -348,10 +344,10 @@ func TestRedisInstancesFollowRebuilds(t *testing.T) {
 	go func() { f.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done; fg.Close() })
 	var insts []*bloomgate.Gate
-	var logs lockedBuffer
+	logs := new(lockedBuffer)
 	for range 2 {
 		icfg := gcfg
-		icfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		icfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 		g, err := bloomgate.New(icfg)
 		if err != nil {
 			t.Fatal(err)
@@ -370,6 +366,19 @@ func TestRedisInstancesFollowRebuilds(t *testing.T) {
 		testsvc.Eventually(t, 30*time.Second, g.Ready, "instance ready")
 		insts = append(insts, g)
 	}
+	return pg, fg, insts, logs
+}
+
+// TestRedisInstancesFollowRebuilds: the table grows 4× while instances run.
+// The feeder's gate rebuilds its overfilled filter and records a snapshot
+// of the new one; every running instance loads it without a restart. Every
+// row stays "maybe" on every instance throughout, and once the rebuilds
+// are done each instance's measured false-positive rate is within 2× the
+// target.
+func TestRedisInstancesFollowRebuilds(t *testing.T) {
+	testsvc.Short(t, "a table growing 4× under running instances")
+	const fpRate = 0.01
+	pg, _, insts, logs := growingFanout(t, fpRate)
 	fp := func(g *bloomgate.Gate, n int) float64 {
 		pos := 0
 		for i := range n {
@@ -383,6 +392,7 @@ func TestRedisInstancesFollowRebuilds(t *testing.T) {
 		t.Logf("instance %d before the growth: FP %.4f (target %.4f)", i, fp(g, 5000), fpRate)
 	}
 	var tok changefeed.Position
+	var err error
 	var fn int
 	for step := range 6 {
 		if tok, err = pg.InsertMany(context.Background(), fmt.Sprintf("g%d-", step), 2500); err != nil {
@@ -548,45 +558,7 @@ func TestRedisConformance(t *testing.T) {
 func TestRedisGrowthWithoutBurst(t *testing.T) {
 	testsvc.Short(t, "a table growing 4× under running instances")
 	const fpRate = 0.01
-	set, _, _ := openSet(t)
-	pg := fanouttest.NewPG(t, 5000)
-	gcfg := bloomgate.Config{Source: pg.Source, FPRate: fpRate, CheckInterval: 100 * time.Millisecond}
-	fg, err := bloomgate.New(gcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := set.NewFeeder(redisstream.FeederConfig{Feed: pg.Feed(t), Gate: fg, HeartbeatInterval: testHeartbeat,
-		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Hour, MaxLag: testMaxLag, MinCapacity: 4096}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { f.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; fg.Close() })
-	var insts []*bloomgate.Gate
-	var logs lockedBuffer
-	for range 2 {
-		icfg := gcfg
-		icfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-		g, err := bloomgate.New(icfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		in, err := set.NewInstance(redisstream.InstanceConfig{HeadTimeout: 10 * testHeartbeat})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ictx, icancel := context.WithCancel(context.Background())
-		idone := make(chan struct{})
-		go func() {
-			g.Follow(ictx, in, bloomgate.FollowConfig{Identity: "users.email", Snapshots: in.Snapshots(), MaxLag: testMaxLag, SnapshotInterval: time.Hour})
-			close(idone)
-		}()
-		t.Cleanup(func() { icancel(); <-idone; g.Close() })
-		testsvc.Eventually(t, 30*time.Second, g.Ready, "instance ready")
-		insts = append(insts, g)
-	}
+	pg, fg, insts, logs := growingFanout(t, fpRate)
 	defer func() {
 		if t.Failed() {
 			t.Log(logs.String())
@@ -647,6 +619,7 @@ func TestRedisGrowthWithoutBurst(t *testing.T) {
 		})
 	}
 	var tok changefeed.Position
+	var err error
 	for step := range 150 {
 		if tok, err = pg.InsertMany(context.Background(), fmt.Sprintf("g%d-", step), 100); err != nil {
 			t.Fatal(err)
