@@ -57,8 +57,11 @@ type FollowConfig struct {
 	// every start bootstraps, and positions are confirmed as applied.
 	Snapshots SnapshotStore
 	// SnapshotInterval is how often a snapshot is taken while following;
-	// one is also taken after every bootstrap and rebuild, and when Follow
-	// returns. Default: 1 minute.
+	// one is also taken after every bootstrap and rebuild, when Follow
+	// returns, and when a database feed's stream has been quiet for a
+	// second with its position in no snapshot (at most every quarter
+	// interval: PostgreSQL's fast shutdown waits for that confirmation).
+	// Default: 1 minute.
 	SnapshotInterval time.Duration
 	// SnapshotTimeout bounds writing one snapshot (Snapshots.Save and the
 	// Confirm after it). The filter is encoded in memory while the stream
@@ -288,9 +291,11 @@ type follower struct {
 	caughtUp     bool
 	lastSnapshot time.Time
 	lastCheck    time.Time
-	unknown      uint64 // deletes the serving filter could not apply
-	truncated    bool   // a TRUNCATE reached the serving filter: rebuild
-	capacity     uint64 // the serving filter's
+	lastApply    time.Time           // when the stream last delivered a transaction
+	snapPos      changefeed.Position // the position of the last snapshot taken
+	unknown      uint64              // deletes the serving filter could not apply
+	truncated    bool                // a TRUNCATE reached the serving filter: rebuild
+	capacity     uint64              // the serving filter's
 	// heldBelow: the serving filter, a rebuild's, already holds every
 	// transaction with a commit below it (its copy's point); a lagging stream
 	// still delivers them, and they must not reach it twice.
@@ -498,7 +503,7 @@ func (fl *follower) load(ctx context.Context) bool {
 		gen = gf.Generation()
 	}
 	fl.publishLocked(f, capacityOf(f), gen)
-	fl.pos = pos
+	fl.pos, fl.snapPos = pos, pos
 	g.m.observeBuild("snapshot", g.cfg.Now().Sub(start), nil)
 	g.cfg.Logger.Info("bloomgate: snapshot loaded", "position", pos, "seconds", g.cfg.Now().Sub(start).Seconds())
 	return true
@@ -703,7 +708,30 @@ func (fl *follower) watch(ctx context.Context) {
 		case <-t.C:
 		}
 		fl.markHead(ctx)
+		fl.snapshotIdle()
 	}
+}
+
+// idleSnapshotAfter is how long a stream must have delivered nothing before
+// snapshotIdle takes the snapshot applying would have taken.
+const idleSnapshotAfter = time.Second
+
+// snapshotIdle snapshots a database feed's applied position once the stream
+// has gone quiet with that position in no snapshot, at most every quarter
+// SnapshotInterval. Snapshots are otherwise taken as transactions arrive,
+// and a follower confirms positions only at its snapshots; PostgreSQL's
+// fast shutdown waits until the slot's consumer confirms everything it was
+// sent, and then sends nothing more: without this it waited for ever.
+// Instances (snapshot-only feeds) hold no database up and are left alone.
+func (fl *follower) snapshotIdle() {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	now := fl.g.cfg.Now()
+	if fl.cfg.Snapshots == nil || fl.noRebuild || fl.rebuild != nil || fl.pos <= fl.snapPos ||
+		now.Sub(fl.lastApply) < idleSnapshotAfter || now.Sub(fl.lastSnapshot) < fl.cfg.SnapshotInterval/4 {
+		return
+	}
+	fl.snapshotLocked()
 }
 
 // lagLocked returns how far the applied position is behind: the age of the
@@ -782,6 +810,7 @@ func (fl *follower) apply(t changefeed.Txn) error {
 	prev := fl.pos
 	fl.pos = t.End
 	fl.applied++
+	fl.lastApply = g.cfg.Now()
 	if sw := fl.swap; sw != nil && sw.pos > prev && sw.pos <= fl.pos {
 		// The newer generation was ahead of the stream, which has reached
 		// it: sw holds every transaction ending at or before sw.pos, and
@@ -1338,6 +1367,7 @@ func (fl *follower) encodeLocked() ([]byte, changefeed.Position, error) {
 	if fl.cfg.Snapshots == nil || v.f == nil {
 		return nil, 0, nil
 	}
+	fl.snapPos = fl.pos
 	var buf bytes.Buffer
 	if err := writeSnapshot(&buf, fl.cfg.Identity, fl.pos, v.f); err != nil {
 		return nil, 0, err
