@@ -384,11 +384,6 @@ func warnings(log string) map[string]int {
 	return m
 }
 
-// lazy formats as what its function returns when the message is printed.
-type lazy func() string
-
-func (l lazy) String() string { return l() }
-
 // lastBytes returns the last n bytes of s.
 func lastBytes(s string, n int) string {
 	if len(s) > n {
