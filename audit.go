@@ -57,11 +57,13 @@ func (g *Gate) auditOne(nk []byte) {
 			return
 		}
 	}
-	g.m.auditFalseNegatives.Add(1)
+	// Fail open before counting: whoever sees the count (Stats, the
+	// metric) finds the gate already failing open.
 	v := g.view.Load()
+	g.Degrade("self-audit found a row the filter answered absent for")
+	g.m.auditFalseNegatives.Add(1)
 	g.cfg.Logger.Error("bloomgate: self-audit found a false negative; failing open and rebuilding",
 		"key_hash", fmt.Sprintf("%016x", filter.Hash(nk, v.seed)))
-	g.Degrade("self-audit found a row the filter answered absent for")
 }
 
 // mayContainNormalized looks up an already normalised key.
