@@ -188,7 +188,7 @@ type publisher struct {
 
 	mu        sync.Mutex
 	marks     []mark // position → cursor after it, increasing
-	published changefeed.Position
+	published changefeed.Position // the newest position the feed delivered (or the log's tail held)
 	dbHead    changefeed.Position
 	poll      uint64              // database head reads in this term
 	polled    changefeed.Position // the newest head read
@@ -270,58 +270,86 @@ func (p *publisher) renew(ctx context.Context) error {
 	return p.lease.Renew(ctx)
 }
 
-// heartbeat writes the heartbeat every HeartbeatInterval, and at once after
-// a batch: the term, the newest database position the feeder knows, and
-// the database head it last read itself. A term starts with a read of the
-// database's head and writes no heartbeat before one succeeds: a new
-// feeder's own position (its snapshot's, or a stream catching up after an
-// outage) is not the database's head, and an instance that took it for one
-// would count itself fresh while far behind.
+// heartbeat writes the heartbeat every HeartbeatInterval, and at once when
+// the feed delivers a transaction: the term, the newest database position
+// the feeder knows, and the database head it last read itself. A term
+// starts with a read of the database's head and writes no heartbeat before
+// one succeeds: a new feeder's own position (its snapshot's, or a stream
+// catching up after an outage) is not the database's head, and an instance
+// that took it for one would count itself fresh while far behind.
+//
+// The head is read beside the writes (pollHeads), not between them: a slow
+// read of the database would otherwise hold back the write that vouches
+// for a batch, and every instance with it.
 func (p *publisher) heartbeat(ctx context.Context) {
-	every := p.f.cfg.HeartbeatInterval
-	t := time.NewTicker(every)
-	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { p.pollHeads(ctx) })
 	var beat uint64
 	var buf []byte
-	poll := true
 	for {
-		if poll {
-			p.pollHead(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.beat:
 		}
 		p.mu.Lock()
 		h := beatValue{Term: p.term, Head: max(p.dbHead, p.published), Poll: p.poll, Polled: p.polled, Gap: p.gap}
 		p.mu.Unlock()
-		var retry <-chan time.Time
-		if h.Poll > 0 {
-			beat = max(beat+1, uint64(time.Now().UnixNano()))
-			h.Beat = beat
-			buf = appendHeartbeat(buf[:0], h, p.f.b.Key)
-			err := p.f.b.Store.Put(ctx, keyHead, buf)
-			switch {
-			case err == nil:
-				// Instances bound the next read's time by this write's:
-				// it is complete, so visible, before that read begins.
-				p.mu.Lock()
-				if p.firstOK.IsZero() {
-					p.firstOK = time.Now()
-				}
-				p.mu.Unlock()
-			case ctx.Err() == nil:
-				p.f.b.Logger.Warn("bloomgate: feeder heartbeat", "set", p.f.b.Name, "err", err)
-			}
-		} else {
-			retry = time.After(min(every, 100*time.Millisecond))
+		if h.Poll == 0 {
+			continue // pollHeads asks again once it has read the head
 		}
-		poll = false
+		beat = max(beat+1, uint64(time.Now().UnixNano()))
+		h.Beat = beat
+		buf = appendHeartbeat(buf[:0], h, p.f.b.Key)
+		err := p.f.b.Store.Put(ctx, keyHead, buf)
+		switch {
+		case err == nil:
+			// Instances bound the next read's time by this write's: it is
+			// complete, so visible, before that read begins. Only a write
+			// of the newest read counts (a read may have ended meanwhile).
+			p.mu.Lock()
+			if p.firstOK.IsZero() && p.poll == h.Poll {
+				p.firstOK = time.Now()
+			}
+			p.mu.Unlock()
+		case ctx.Err() == nil:
+			p.f.b.Logger.Warn("bloomgate: feeder heartbeat", "set", p.f.b.Name, "err", err)
+		}
+	}
+}
+
+// pollHeads reads the database's head every HeartbeatInterval (every
+// 100 ms while no read has succeeded in this term), and has the heartbeat
+// written after each read.
+func (p *publisher) pollHeads(ctx context.Context) {
+	every := p.f.cfg.HeartbeatInterval
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			poll = true
-		case <-retry:
-			poll = true
-		case <-p.beat:
 		}
+		p.pollHead(ctx)
+		p.wakeHeartbeat()
+		p.mu.Lock()
+		next := every
+		if p.poll == 0 {
+			next = min(every, 100*time.Millisecond)
+		}
+		p.mu.Unlock()
+		t.Reset(next)
+	}
+}
+
+// wakeHeartbeat asks the heartbeat for a write now (one pending request
+// covers every change made before it is served).
+func (p *publisher) wakeHeartbeat() {
+	select {
+	case p.beat <- struct{}{}:
+	default:
 	}
 }
 
@@ -347,7 +375,9 @@ func (p *publisher) pollHead(ctx context.Context) {
 	p.dbHead = max(p.dbHead, h)
 	p.polled = max(p.polled, h)
 	p.gap = -1
-	if !p.firstOK.IsZero() {
+	if !p.firstOK.IsZero() && !p.firstOK.After(at) {
+		// A write of the previous read that completed after this read
+		// began gives no bound (unknown).
 		p.gap = at.Sub(p.firstOK)
 	}
 	p.firstOK = time.Time{}
@@ -525,6 +555,14 @@ func (p *publisher) follow(ctx context.Context, pos changefeed.Position, after C
 		cancel(pubErr)
 	}()
 	err := p.f.cfg.Feed.Stream(sctx, pos, func(t changefeed.Txn) error {
+		// The database has reached t.End (the feed delivered it): the
+		// heartbeat says so before t is even batched, so that an instance
+		// finds a batch covered when it reads it, instead of waiting for a
+		// heartbeat written beside the append.
+		p.mu.Lock()
+		p.published = max(p.published, t.End)
+		p.mu.Unlock()
+		p.wakeHeartbeat()
 		select {
 		case q <- t:
 			return nil
@@ -575,16 +613,6 @@ func (p *publisher) publishLoop(ctx context.Context, q <-chan changefeed.Txn, pr
 			return err
 		}
 		end := batch[len(batch)-1].End
-		// The database has reached end (the feed delivered it): say so in
-		// the heartbeat while the batch is appended, so that instances find
-		// it covered when they read it.
-		p.mu.Lock()
-		p.published = max(p.published, end)
-		p.mu.Unlock()
-		select {
-		case p.beat <- struct{}{}:
-		default:
-		}
 		cur, err := p.append(ctx, after, buf, end)
 		if err != nil {
 			return err
