@@ -34,13 +34,13 @@ const (
 
 // openSet opens a set with a random name on the shared Redis
 // (testsvc.Redis) and deletes its keys afterwards.
-func openSet(t *testing.T) (*redisstream.Set, *redis.Client, string) {
+func openSet(t testing.TB) (*redisstream.Set, *redis.Client, string) {
 	t.Helper()
 	return openSetKey(t, nil)
 }
 
 // openSetKey is openSet with Config.Key.
-func openSetKey(t *testing.T, key []byte) (*redisstream.Set, *redis.Client, string) {
+func openSetKey(t testing.TB, key []byte) (*redisstream.Set, *redis.Client, string) {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: testsvc.Redis(t)})
 	t.Cleanup(func() { c.Close() })
@@ -56,13 +56,19 @@ func openSetKey(t *testing.T, key []byte) (*redisstream.Set, *redis.Client, stri
 }
 
 // runFeeder runs a feeder in the test process until the returned stop.
-func runFeeder(t *testing.T, set *redisstream.Set, pg *fanouttest.PG, id string) (stop func()) {
+func runFeeder(t testing.TB, set *redisstream.Set, pg *fanouttest.PG, id string) (stop func()) {
+	t.Helper()
+	return runFeederOn(t, set, pg, pg.Feed(t), id)
+}
+
+// runFeederOn is runFeeder with the feeder's Feed.
+func runFeederOn(t testing.TB, set *redisstream.Set, pg *fanouttest.PG, feed changefeed.Feed, id string) (stop func()) {
 	t.Helper()
 	g, err := bloomgate.New(bloomgate.Config{Source: pg.Source, Capacity: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := set.NewFeeder(redisstream.FeederConfig{Feed: pg.Feed(t), Gate: g, ID: id, HeartbeatInterval: testHeartbeat,
+	f, err := set.NewFeeder(redisstream.FeederConfig{Feed: feed, Gate: g, ID: id, HeartbeatInterval: testHeartbeat,
 		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: 2 * time.Second, MaxLag: testMaxLag}})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +83,7 @@ func runFeeder(t *testing.T, set *redisstream.Set, pg *fanouttest.PG, id string)
 }
 
 // instance follows the set; it returns once the gate is ready.
-func instance(t *testing.T, set *redisstream.Set, pg *fanouttest.PG) (*bloomgate.Gate, time.Duration) {
+func instance(t testing.TB, set *redisstream.Set, pg *fanouttest.PG) (*bloomgate.Gate, time.Duration) {
 	t.Helper()
 	start := time.Now()
 	g, err := bloomgate.New(bloomgate.Config{Source: pg.Source, Capacity: 1 << 20})
