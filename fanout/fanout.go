@@ -363,7 +363,8 @@ func Continue(pos changefeed.Position, b Batch) ([]changefeed.Txn, error) {
 }
 
 // beatValue is the feeder's signal to instances, written every
-// FeederConfig.HeartbeatInterval and with every batch: the lease term it
+// FeederConfig.HeartbeatInterval and as the feed delivers transactions
+// (before they are batched): the lease term it
 // publishes under, the newest position it knows the database has reached
 // (Head: what vouches for a batch), and the database head it last read
 // itself in this term (Polled, by read number Poll). Beat grows with every

@@ -34,9 +34,10 @@ type FeederConfig struct {
 	// ID names this feeder in the lease. Default: host name, process id and
 	// the start time.
 	ID string
-	// HeartbeatInterval is how often the lease holder writes the database's
-	// newest position to the heartbeat (it also writes it with every
-	// batch). Default: 1 s.
+	// HeartbeatInterval is how often the lease holder reads the database's
+	// head and writes it to the heartbeat (it also writes the newest
+	// position the feed delivered as transactions arrive, one write at a
+	// time). Default: 1 s.
 	HeartbeatInterval time.Duration
 	// MaxBatch bounds the transactions per message. Default: 256.
 	MaxBatch int
@@ -187,7 +188,7 @@ type publisher struct {
 	leaseMu sync.Mutex
 
 	mu        sync.Mutex
-	marks     []mark // position → cursor after it, increasing
+	marks     []mark              // position → cursor after it, increasing
 	published changefeed.Position // the newest position the feed delivered (or the log's tail held)
 	dbHead    changefeed.Position
 	poll      uint64              // database head reads in this term
@@ -578,8 +579,32 @@ func (p *publisher) follow(ctx context.Context, pos changefeed.Position, after C
 	return err
 }
 
-// publishLoop appends what q holds in batches, then applies and confirms
-// each batch.
+// maxInFlight bounds the batches in flight on a Log that pipelines
+// (AsyncAppender): enough to keep appending through a replicated append's
+// round trip, few enough that a failure sends little again.
+const maxInFlight = 8
+
+// sent is a batch appended, or in flight on an AsyncAppender.
+type sent struct {
+	txns   []changefeed.Txn
+	data   []byte
+	after  Cursor // the entry it goes after
+	cur    Cursor // its own
+	end    changefeed.Position
+	done   <-chan error // nil: appended (Append)
+	cancel context.CancelFunc
+	// unsent: AppendAsync failed at once, so cur is unknown; nothing is
+	// sent after it before it is settled.
+	unsent bool
+}
+
+// publishLoop appends what q holds in batches — whatever has arrived when
+// the log can take another batch, up to MaxBatch: it never waits to fill
+// one — then applies and confirms each batch once the log holds it and
+// every batch before it. On a Log that pipelines, up to maxInFlight
+// batches are in flight; when one fails, it and those after it are
+// appended again one by one (Append recognises what an earlier attempt
+// stored), so the log holds them in order, each exactly once.
 func (p *publisher) publishLoop(ctx context.Context, q <-chan changefeed.Txn, prev changefeed.Position, after Cursor, apply func(changefeed.Txn) error) error {
 	// Nothing is appended before the term's first read of the database's
 	// head (the heartbeat's).
@@ -588,54 +613,135 @@ func (p *publisher) publishLoop(ctx context.Context, q <-chan changefeed.Txn, pr
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	var buf []byte
-	var batch []changefeed.Txn
+	async, _ := p.f.b.Log.(AsyncAppender)
+	var window []*sent
+	defer func() {
+		for _, s := range window {
+			s.cancel()
+		}
+	}()
 	for {
-		batch = batch[:0]
+		var take <-chan changefeed.Txn
+		if n := len(window); n == 0 || n < maxInFlight && !window[n-1].unsent {
+			take = q
+		}
+		var head <-chan error
+		if len(window) > 0 {
+			head = window[0].done
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case t := <-q:
-			batch = append(batch, t)
-		}
-	drain:
-		for len(batch) < p.f.cfg.MaxBatch {
-			select {
-			case t := <-q:
-				batch = append(batch, t)
-			default:
-				break drain
-			}
-		}
-		var err error
-		buf, err = AppendBatch(buf[:0], Batch{Term: p.term, Prev: prev, Txns: batch}, p.f.b.Key)
-		if err != nil {
-			return err
-		}
-		end := batch[len(batch)-1].End
-		cur, err := p.append(ctx, after, buf, end)
-		if err != nil {
-			return err
-		}
-		if log := p.f.b.Logger; log.Enabled(ctx, slog.LevelDebug) {
-			log.Debug("bloomgate: feeder published", "cursor", cur, "txns", len(batch), "bytes", len(buf),
-				"since_commit", time.Since(batch[len(batch)-1].Time), "queued", len(q))
-		}
-		for i, t := range batch {
-			if i < len(batch)-1 {
-				p.note(t.End, after)
-			} else {
-				p.note(t.End, cur)
-			}
-			if err := apply(t); err != nil {
+		case t := <-take:
+			s, err := p.send(ctx, async, t, q, prev, after)
+			if err != nil {
 				return err
 			}
-		}
-		after, prev = cur, end
-		if err := p.f.cfg.Feed.Confirm(ctx, end); err != nil && ctx.Err() == nil {
-			p.f.b.Logger.Warn("bloomgate: feeder confirm", "set", p.f.b.Name, "err", err)
+			prev, after = s.end, s.cur
+			if s.done != nil {
+				window = append(window, s)
+				continue
+			}
+			if err := p.applied(ctx, s, apply, len(q)); err != nil {
+				return err
+			}
+		case err := <-head:
+			if err != nil {
+				p.f.b.Logger.Warn("bloomgate: feeder append failed, appending again one by one", "set", p.f.b.Name,
+					"end", window[0].end, "in_flight", len(window), "err", err)
+				var rerr error
+				if after, rerr = p.resend(ctx, window); rerr != nil {
+					return rerr
+				}
+			} else {
+				window[0].done = nil
+			}
+			for len(window) > 0 && window[0].done == nil {
+				s := window[0]
+				window = window[1:]
+				s.cancel()
+				if err := p.applied(ctx, s, apply, len(q)); err != nil {
+					return err
+				}
+			}
 		}
 	}
+}
+
+// send appends a batch of t and what q holds after it (up to MaxBatch)
+// after the entry at after: sent on an AsyncAppender (done set), else
+// appended.
+func (p *publisher) send(ctx context.Context, async AsyncAppender, t changefeed.Txn, q <-chan changefeed.Txn, prev changefeed.Position, after Cursor) (*sent, error) {
+	batch := []changefeed.Txn{t}
+drain:
+	for len(batch) < p.f.cfg.MaxBatch {
+		select {
+		case t := <-q:
+			batch = append(batch, t)
+		default:
+			break drain
+		}
+	}
+	data, err := AppendBatch(nil, Batch{Term: p.term, Prev: prev, Txns: batch}, p.f.b.Key)
+	if err != nil {
+		return nil, err
+	}
+	s := &sent{txns: batch, data: data, after: after, end: batch[len(batch)-1].End, cancel: func() {}}
+	if async == nil {
+		s.cur, err = p.append(ctx, after, data, s.end)
+		return s, err
+	}
+	actx, cancel := context.WithTimeout(ctx, p.f.cfg.PublishTimeout)
+	cur, done, err := async.AppendAsync(actx, after, data)
+	if err != nil {
+		// Settled in its turn, as a failed append in flight: the ones
+		// before it may still be stored.
+		failed := make(chan error, 1)
+		failed <- err
+		cur, done, s.unsent = "", failed, true
+	}
+	s.cur, s.done, s.cancel = cur, done, cancel
+	return s, nil
+}
+
+// resend appends window's batches again one by one, in order, the first
+// after the entry its send went after, and returns the last one's cursor.
+// Each is then appended (done nil).
+func (p *publisher) resend(ctx context.Context, window []*sent) (Cursor, error) {
+	after := window[0].after
+	for _, s := range window {
+		s.cancel()
+		cur, err := p.append(ctx, after, s.data, s.end)
+		if err != nil {
+			return "", err
+		}
+		s.after, s.cur, s.done, s.cancel = after, cur, nil, func() {}
+		after = cur
+	}
+	return after, nil
+}
+
+// applied applies an appended batch to the feeder's gate and confirms it
+// to the feed.
+func (p *publisher) applied(ctx context.Context, s *sent, apply func(changefeed.Txn) error, queued int) error {
+	if log := p.f.b.Logger; log.Enabled(ctx, slog.LevelDebug) {
+		log.Debug("bloomgate: feeder published", "cursor", s.cur, "txns", len(s.txns), "bytes", len(s.data),
+			"since_commit", time.Since(s.txns[len(s.txns)-1].Time), "queued", queued)
+	}
+	for i, t := range s.txns {
+		if i < len(s.txns)-1 {
+			p.note(t.End, s.after)
+		} else {
+			p.note(t.End, s.cur)
+		}
+		if err := apply(t); err != nil {
+			return err
+		}
+	}
+	if err := p.f.cfg.Feed.Confirm(ctx, s.end); err != nil && ctx.Err() == nil {
+		p.f.b.Logger.Warn("bloomgate: feeder confirm", "set", p.f.b.Name, "err", err)
+	}
+	return nil
 }
 
 // append appends one batch after the entry at after, retrying failed

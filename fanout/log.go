@@ -56,6 +56,23 @@ type Log interface {
 	Read(ctx context.Context, after Cursor, fn func(Entry) error) error
 }
 
+// AsyncAppender is a Log that can have several appends in flight: the
+// cursor an entry gets is known before the log acknowledges it, so the
+// feeder sends a batch without waiting for the one before it. The feeder
+// uses it when the Log implements it.
+type AsyncAppender interface {
+	// AppendAsync sends data as the entry right after the entry at after
+	// (which may itself be in flight) and returns the cursor it gets
+	// there. done receives nil once the log holds data at that cursor,
+	// or an error: the log may hold it or not (Append, which recognises
+	// an earlier attempt, settles which). An entry sent after it is held
+	// only if an entry is held at that cursor: this one, or another
+	// writer's (Append then reports ErrFenced, and the batches' Prev
+	// tells instances that this one is missing). ctx bounds the wait for
+	// the log's answer (done then receives an error).
+	AppendAsync(ctx context.Context, after Cursor, data []byte) (cur Cursor, done <-chan error, err error)
+}
+
 // Lease picks the one feeder of a set. A Lease value serves one feeder,
 // one call at a time (the engine serialises its calls).
 type Lease interface {

@@ -344,6 +344,45 @@ func (l *jsLog) Append(ctx context.Context, after fanout.Cursor, data []byte) (f
 	return "", fmt.Errorf("jetstream: publish: %w", err)
 }
 
+var _ fanout.AsyncAppender = (*jsLog)(nil)
+
+// AppendAsync publishes data without waiting for the ack, with the same
+// expected last sequence and message ID as Append: the stream assigns
+// sequences one after the other, so the entry's is after's plus one, and
+// the server stores it only there (a message whose predecessor was not
+// stored is refused), so a pipeline is stored in order or not at all
+// from the first failure on.
+func (l *jsLog) AppendAsync(ctx context.Context, after fanout.Cursor, data []byte) (fanout.Cursor, <-chan error, error) {
+	seq, err := seqOf(after)
+	if err != nil {
+		return "", nil, err
+	}
+	sum := sha256.Sum256(data)
+	m := nats.NewMsg(l.subject)
+	m.Data = data
+	f, err := l.cfg.JetStream.PublishMsgAsync(m, js.WithExpectLastSequence(seq),
+		js.WithMsgID(strconv.FormatUint(seq, 10)+"-"+hex.EncodeToString(sum[:12])))
+	if err != nil {
+		return "", nil, fmt.Errorf("jetstream: publish: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		select {
+		case ack := <-f.Ok():
+			if ack.Sequence != seq+1 {
+				done <- fmt.Errorf("%w: stored as sequence %d, expected %d", fanout.ErrFenced, ack.Sequence, seq+1)
+				return
+			}
+			done <- nil
+		case err := <-f.Err():
+			done <- fmt.Errorf("jetstream: publish: %w", err)
+		case <-ctx.Done():
+			done <- fmt.Errorf("jetstream: publish: %w", ctx.Err())
+		}
+	}()
+	return cursor(seq + 1), done, nil
+}
+
 func (l *jsLog) Last(ctx context.Context) (fanout.Entry, fanout.Cursor, error) {
 	info, err := l.stream.Info(ctx)
 	if err != nil {

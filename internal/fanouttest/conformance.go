@@ -21,6 +21,7 @@ import (
 // fanout/redisstream.
 func Conformance(t *testing.T, newBackend func(t *testing.T) fanout.Backend) {
 	t.Run("Log", func(t *testing.T) { conformLog(t, newBackend(t)) })
+	t.Run("AsyncAppend", func(t *testing.T) { conformAsync(t, newBackend(t)) })
 	t.Run("Lease", func(t *testing.T) { conformLease(t, newBackend(t)) })
 	t.Run("Store", func(t *testing.T) { conformStore(t, newBackend(t)) })
 }
@@ -99,6 +100,65 @@ func conformLog(t *testing.T, b fanout.Backend) {
 	rcancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Read at the end until ctx's deadline: %v", err)
+	}
+}
+
+// conformAsync checks a Log that pipelines appends (fanout.AsyncAppender):
+// appends in flight together are held in order at the cursors returned;
+// one sent after a stale entry fails, and the log is left as it was.
+func conformAsync(t *testing.T, b fanout.Backend) {
+	a, ok := b.Log.(fanout.AsyncAppender)
+	if !ok {
+		t.Skip("the Log does not pipeline appends")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, tail, err := b.Log.Last(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []string{"a1", "a2", "a3"}
+	var curs []fanout.Cursor
+	var dones []<-chan error
+	after := tail
+	for _, d := range data {
+		cur, done, err := a.AppendAsync(ctx, after, []byte(d))
+		if err != nil {
+			t.Fatalf("AppendAsync %s: %v", d, err)
+		}
+		curs, dones, after = append(curs, cur), append(dones, done), cur
+	}
+	for i, done := range dones {
+		if err := <-done; err != nil {
+			t.Fatalf("AppendAsync %s: %v", data[i], err)
+		}
+	}
+	var got []fanout.Entry
+	err = b.Log.Read(ctx, tail, func(e fanout.Entry) error {
+		got = append(got, e)
+		if len(got) == len(data) {
+			return io.EOF
+		}
+		return nil
+	})
+	if !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	for i, e := range got {
+		if e.Cursor != curs[i] || string(e.Data) != data[i] {
+			t.Fatalf("entry %d: %q at %q, want %q at %q", i, e.Data, e.Cursor, data[i], curs[i])
+		}
+	}
+	_, done, err := a.AppendAsync(ctx, curs[1], []byte("stale"))
+	if err == nil {
+		err = <-done
+	}
+	if err == nil {
+		t.Fatal("AppendAsync after a stale entry succeeded")
+	}
+	last, _, err := b.Log.Last(ctx)
+	if err != nil || last.Cursor != curs[2] || string(last.Data) != "a3" {
+		t.Fatalf("Last after refused appends: %q at %q, %v; want a3 at %q", last.Data, last.Cursor, err, curs[2])
 	}
 }
 
