@@ -749,7 +749,9 @@ func (fl *follower) updateLocked(now time.Time, refresh bool) {
 	lag, ok := fl.lagLocked(now)
 	fresh := ok && lag <= fl.cfg.MaxLag
 	g.m.feedLag.Store(int64(lag))
-	g.m.feedPosition.Store(uint64(fl.pos))
+	if g.m.feedPosition.Swap(uint64(fl.pos)) != uint64(fl.pos) {
+		g.positionChanged()
+	}
 	if fresh {
 		fl.caughtUp = true
 		g.freshUntil.Store(g.clock() + int64(fl.cfg.MaxLag-lag))

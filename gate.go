@@ -253,6 +253,9 @@ type Gate struct {
 	epoch time.Time
 	// feedErr is the error that last ended a run of Follow.
 	feedErr atomic.Pointer[feedFailure]
+	// posChanged is closed, and cleared, when the applied feed position
+	// next changes (PositionChanged); nil while nobody waits.
+	posChanged atomic.Pointer[chan struct{}]
 
 	buildMu sync.Mutex // one build at a time
 

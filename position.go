@@ -9,6 +9,31 @@ func (g *Gate) Position() changefeed.Position {
 	return changefeed.Position(g.m.feedPosition.Load())
 }
 
+// PositionChanged returns a channel that is closed when Position next
+// changes: a reader waiting for Position to reach a token takes the
+// channel, checks Position, then waits on it, without polling. Every
+// caller between two changes gets the same channel; it does not lock.
+func (g *Gate) PositionChanged() <-chan struct{} {
+	for {
+		if p := g.posChanged.Load(); p != nil {
+			return *p
+		}
+		ch := make(chan struct{})
+		if g.posChanged.CompareAndSwap(nil, &ch) {
+			return ch
+		}
+	}
+}
+
+// positionChanged wakes PositionChanged's waiters; it is called after the
+// new position is stored, so that a waiter that took the channel before
+// the store and read the old position is woken.
+func (g *Gate) positionChanged() {
+	if p := g.posChanged.Swap(nil); p != nil {
+		close(*p)
+	}
+}
+
 // MayContainAt is MayContain for a reader that must see every transaction
 // up to pos: read-your-writes across instances, where pos is a token the
 // writer took after its commit (for PostgreSQL, postgres.WritePosition on

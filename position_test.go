@@ -1,7 +1,9 @@
 package bloomgate_test
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/internal/memfeed"
@@ -34,5 +36,29 @@ func TestMayContainAt(t *testing.T) {
 	}
 	if g.MayContainAt([]byte("never"), tok) {
 		t.Fatal("an absent key at an applied token: maybe")
+	}
+}
+
+// TestPositionChanged: a reader that took PositionChanged's channel below a
+// token is woken once the gate applies it, without polling, however the
+// token's application races with its look at Position.
+func TestPositionChanged(t *testing.T) {
+	feed := memfeed.NewFeed(keys("user", 100)...)
+	g, stop := follow(t, feed, bloomgate.Config{Source: memfeed.NewSource(keys("user", 100)...)}, bloomgate.FollowConfig{})
+	defer stop()
+	for i := range 200 {
+		tok := feed.Commit([]string{fmt.Sprintf("new%d", i)}, nil)
+		timeout := time.After(10 * time.Second)
+		for {
+			ch := g.PositionChanged()
+			if g.Position() >= tok {
+				break
+			}
+			select {
+			case <-ch:
+			case <-timeout:
+				t.Fatalf("not woken: position %v, token %v", g.Position(), tok)
+			}
+		}
 	}
 }

@@ -20,3 +20,7 @@ func (t *Set) MayContainAt(item []byte, pos changefeed.Position) bool {
 	}
 	return t.gate.MayContainAt(item, pos)
 }
+
+// PositionChanged returns a channel closed when Position next changes (see
+// bloomgate.Gate.PositionChanged).
+func (t *Set) PositionChanged() <-chan struct{} { return t.gate.PositionChanged() }

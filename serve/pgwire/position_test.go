@@ -49,3 +49,32 @@ func TestPositionReaderAfter(t *testing.T) {
 	}
 	t.Logf("%d reads for %d calls", reads.Load(), callers*5)
 }
+
+// TestWaitPositionWakes: a query waiting for its set to reach a position
+// is woken when the set's position changes, not by its timer: with a wait
+// longer than the test's, only the wake-up can make it succeed.
+func TestWaitPositionWakes(t *testing.T) {
+	set := &tableSet{keys: map[string]bool{}}
+	set.setLagging(true)
+	wait := time.NewTimer(time.Hour)
+	wait.Stop()
+	done := make(chan bool)
+	go func() { done <- waitPosition(context.Background(), set, 1, time.Hour, wait) }()
+	time.Sleep(10 * time.Millisecond) // let it wait (it succeeds either way)
+	set.setLagging(false)
+	if !<-done {
+		t.Fatal("waitPosition gave up")
+	}
+	// Its context still ends the wait.
+	set.setLagging(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { done <- waitPosition(ctx, set, 1, time.Hour, wait) }()
+	cancel()
+	if <-done {
+		t.Fatal("waitPosition reached a position the set never reached")
+	}
+	// And its bound.
+	if waitPosition(context.Background(), set, 1, time.Millisecond, wait) {
+		t.Fatal("waitPosition reached a position the set never reached")
+	}
+}

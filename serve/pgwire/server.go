@@ -32,6 +32,9 @@ type Set interface {
 	// MayContainAt reports false only if key is definitely absent as of
 	// pos (with pos 0: as of the feed's lag check).
 	MayContainAt(key []byte, pos changefeed.Position) bool
+	// PositionChanged returns a channel closed when Position next changes
+	// (a waiter takes it, checks Position, then waits on it).
+	PositionChanged() <-chan struct{}
 }
 
 // Statement is a statement a set answers: when a client sends it with a key
@@ -526,41 +529,65 @@ func (s *Server) cancel(m *pgproto3.CancelRequest) {
 }
 
 // decide reports why key must be forwarded, or "" when it is definitely
-// absent as of a WAL insert position read after the query arrived.
-func (s *Server) decide(ctx context.Context, st *stmtRuntime, key string) string {
+// absent as of a WAL insert position read after the query arrived. wait is
+// the caller's timer for the position wait, stopped, reused across calls
+// (one per session: nothing allocated per query).
+func (s *Server) decide(ctx context.Context, st *stmtRuntime, key []byte, wait *time.Timer) string {
 	if !st.Set.Ready() {
 		return ReasonNotReady
 	}
-	kb := []byte(key)
-	if st.Set.MayContainAt(kb, 0) {
+	if st.Set.MayContainAt(key, 0) {
 		return ReasonPresent
 	}
 	pos, err := st.reader.after(ctx)
 	if err != nil {
 		return ReasonPositionError
 	}
-	if st.Set.Position() < pos {
-		deadline := time.Now().Add(s.cfg.PositionWait)
-		t := time.NewTicker(time.Millisecond)
-		defer t.Stop()
-		for st.Set.Position() < pos {
-			if time.Now().After(deadline) {
-				return ReasonLag
-			}
-			select {
-			case <-ctx.Done():
-				return ReasonLag
-			case <-t.C:
-			}
-		}
+	if !waitPosition(ctx, st.Set, pos, s.cfg.PositionWait, wait) {
+		return ReasonLag
 	}
-	if st.Set.MayContainAt(kb, pos) {
+	if st.Set.MayContainAt(key, pos) {
 		if st.Set.Position() < pos || !st.Set.Ready() {
 			return ReasonLag
 		}
 		return ReasonPresent
 	}
 	return ""
+}
+
+// waitPosition waits until set's applied position reaches pos, for at most
+// d or until ctx is done, and reports whether it did. It sleeps until the
+// set applies something (Set.PositionChanged), not on a clock: a waiting
+// query costs nothing until then.
+func waitPosition(ctx context.Context, set Set, pos changefeed.Position, d time.Duration, wait *time.Timer) bool {
+	if set.Position() >= pos {
+		return true
+	}
+	armed := false
+	defer func() {
+		if armed {
+			wait.Stop()
+		}
+	}()
+	for {
+		// The channel before the position: a change after this read of
+		// the position closes this channel.
+		ch := set.PositionChanged()
+		if set.Position() >= pos {
+			return true
+		}
+		if !armed {
+			wait.Reset(d)
+			armed = true
+		}
+		select {
+		case <-ch:
+		case <-wait.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // learnedCache holds, per database, role and statement, the result shape

@@ -29,6 +29,7 @@ type tableSet struct {
 	keys    map[string]bool
 	lagging atomic.Bool
 	ready   atomic.Bool
+	changed chan struct{} // closed when lagging changes (guarded by mu)
 }
 
 func (s *tableSet) Ready() bool { return s.ready.Load() }
@@ -43,6 +44,26 @@ func (s *tableSet) MayContainAt(key []byte, pos changefeed.Position) bool {
 	defer s.mu.Unlock()
 	return s.keys[string(key)] || pos > s.Position() || !s.Ready()
 }
+func (s *tableSet) PositionChanged() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.changed
+}
+
+// setLagging moves the position back to 0 (true) or to its maximum.
+func (s *tableSet) setLagging(lag bool) {
+	s.lagging.Store(lag)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
+}
+
 func (s *tableSet) add(k string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -235,9 +256,9 @@ func TestForwardReasons(t *testing.T) {
 	if n := testutil.ToFloat64(f.srv.stmts[0].local); n != 1 {
 		t.Fatalf("answered %v, want 1", n)
 	}
-	f.set.lagging.Store(true)
+	f.set.setLagging(true)
 	lookup("c")
-	f.set.lagging.Store(false)
+	f.set.setLagging(false)
 	f.set.ready.Store(false)
 	lookup("d")
 	f.set.ready.Store(true)

@@ -63,6 +63,8 @@ type session struct {
 	params   map[string]string
 	staged   map[int]*learned // result shapes described in this session, not yet seen to run
 	idleWait chan struct{}
+
+	wait *time.Timer // run only: decide's position wait, stopped between queries
 }
 
 // stmtInfo is a prepared statement as the client sees it.
@@ -609,6 +611,15 @@ func (ss *session) waitIdle() (status byte, tainted bool, params map[string]stri
 	return status, tainted, params
 }
 
+// waitTimer returns the session's stopped timer for decide, made once.
+func (ss *session) waitTimer() *time.Timer {
+	if ss.wait == nil {
+		ss.wait = time.NewTimer(time.Hour)
+		ss.wait.Stop()
+	}
+	return ss.wait
+}
+
 func (ss *session) idleLocked() bool {
 	for _, e := range ss.queue {
 		if !e.noAnswer() {
@@ -657,11 +668,12 @@ func (ss *session) answerQuery(toks []token) bool {
 				reason = ReasonNotLearned
 			}
 		}
-		if reason == "" && !validKey([]byte(key)) {
+		kb := []byte(key)
+		if reason == "" && !validKey(kb) {
 			reason = ReasonKey
 		}
 		if reason == "" {
-			reason = ss.srv.decide(context.Background(), st, key)
+			reason = ss.srv.decide(context.Background(), st, kb, ss.waitTimer())
 		}
 		if reason != "" {
 			st.fwd.WithLabelValues(reason).Inc()
@@ -705,7 +717,7 @@ func (ss *session) answerBatch() bool {
 	}
 	type lookup struct {
 		tmpl int
-		key  string
+		key  []byte // in the batch's arena
 	}
 	var lookups []lookup
 	pending := map[string]*stmtInfo{}
@@ -773,7 +785,7 @@ func (ss *session) answerBatch() bool {
 			if refusal != "" {
 				break
 			}
-			lookups = append(lookups, lookup{st.tmpl, string(key)})
+			lookups = append(lookups, lookup{st.tmpl, key})
 			portals[""] = &localPortal{tmpl: st.tmpl, formats: append([]int16(nil), m.ResultFormatCodes...)}
 		case *pgproto3.Describe:
 			if m.ObjectType == 'S' {
@@ -844,7 +856,7 @@ func (ss *session) answerBatch() bool {
 		shapes[tmpl] = l
 	}
 	for _, l := range lookups {
-		if reason := ss.srv.decide(context.Background(), ss.srv.stmts[l.tmpl], l.key); reason != "" {
+		if reason := ss.srv.decide(context.Background(), ss.srv.stmts[l.tmpl], l.key, ss.waitTimer()); reason != "" {
 			return count(reason)
 		}
 	}
