@@ -141,7 +141,7 @@ func newFrontEnd(t testing.TB, tweaks ...func(*Config)) *frontEnd {
 	return &frontEnd{srv: srv, set: set, reg: reg, front: front, dsn: dsn, table: table}
 }
 
-func (f *frontEnd) count(t *testing.T, name string, labels ...string) float64 {
+func (f *frontEnd) count(t testing.TB, name string, labels ...string) float64 {
 	t.Helper()
 	mfs, err := f.reg.Gather()
 	if err != nil {

@@ -2,6 +2,7 @@ package pgwire
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -65,6 +67,62 @@ type session struct {
 	idleWait chan struct{}
 
 	wait *time.Timer // run only: decide's position wait, stopped between queries
+	toks []token     // run only: the tokens of the last simple query
+	ab   answerScratch
+	slab msgSlab
+}
+
+// msgSlab holds the decoded messages of the batch being held back, reused
+// from one batch to the next (run only): clearBatch returns them all, so
+// nothing may keep a decoded message past its batch (what it keeps of one,
+// its strings and the slices pgproto3's Decode makes, is its own).
+type msgSlab struct {
+	parse    slab[pgproto3.Parse]
+	bind     slab[pgproto3.Bind]
+	describe slab[pgproto3.Describe]
+	execute  slab[pgproto3.Execute]
+	close    slab[pgproto3.Close]
+}
+
+func (s *msgSlab) reset() {
+	s.parse.n, s.bind.n, s.describe.n, s.execute.n, s.close.n = 0, 0, 0, 0, 0
+}
+
+// slab hands out Ts, reusing those of the last batch; it keeps at most
+// slabMax of them.
+type slab[T any] struct {
+	all []*T
+	n   int
+}
+
+const slabMax = 64
+
+func (s *slab[T]) get() *T {
+	if s.n < len(s.all) {
+		s.n++
+		return s.all[s.n-1]
+	}
+	t := new(T)
+	if len(s.all) < slabMax {
+		s.all = append(s.all, t)
+		s.n++
+	}
+	return t
+}
+
+// answerScratch is answerBatch's working memory, kept by the session (run
+// only) so that answering a batch allocates nothing.
+type answerScratch struct {
+	lookups []lookup
+	pending map[string]*stmtInfo
+	shapes  map[int]*learned
+	row     pgproto3.RowDescription // a learned row with a Bind's result formats
+}
+
+// lookup is a key a batch being answered looks up.
+type lookup struct {
+	tmpl int
+	key  []byte // in the batch's arena
 }
 
 // stmtInfo is a prepared statement as the client sees it.
@@ -264,29 +322,33 @@ func (ss *session) serveClient() {
 			ss.flushBatch()
 			// A simple query drops the unnamed statement, upstream too.
 			delete(ss.stmts, "")
-			q, err := decodeAs(raw, &pgproto3.Query{})
-			if err != nil {
-				ss.sendFatal("08P01", "bloomgate: invalid frontend message: "+err.Error())
+			text, ok := queryText(raw)
+			if !ok {
+				ss.sendFatal("08P01", "bloomgate: invalid frontend message: Query: invalid message format")
 				return
 			}
-			toks, terr := tokenize(q.String) // once: matched, answered, scanned
+			// Tokenized once: matched, answered, scanned. The text and
+			// its tokens are used before the next read only.
+			toks, terr := tokenizeInto(ss.toks, text)
+			ss.toks = toks
 			if terr == nil && ss.answerQuery(toks) {
 				continue
 			}
-			ss.scanForwarded(q.String, toks, terr)
+			ss.scanForwarded(text, toks, terr)
 			ss.forwardRaw(raw, expect{kind: 'Q', tmpl: ss.matchTokens(toks, terr, true)}, true)
 		case msgParse, msgBind, msgDescribe, msgExecute, msgClose:
 			if ss.passthrough {
-				cm, err := decodeMsg(raw)
+				cm, err := ss.decodeMsg(raw)
 				if err != nil {
 					ss.sendFatal("08P01", "bloomgate: invalid frontend message: "+err.Error())
 					return
 				}
 				ss.forwardExtended(cm)
 				ss.uw.Flush()
+				ss.slab.reset() // nothing is held back while passing through
 				continue
 			}
-			cm, err := decodeMsg(ss.keep(raw))
+			cm, err := ss.decodeMsg(ss.keep(raw))
 			if err != nil {
 				ss.sendFatal("08P01", "bloomgate: invalid frontend message: "+err.Error())
 				return
@@ -350,35 +412,61 @@ func (ss *session) keep(raw []byte) []byte {
 // memory for the next.
 func (ss *session) clearBatch() {
 	ss.batch, ss.batchBytes = ss.batch[:0], 0
+	ss.slab.reset()
 	if cap(ss.arena) > 64<<10 {
 		ss.arena = nil
 	}
 	ss.arena = ss.arena[:0]
 }
 
+// queryText returns a Query message's text, as pgproto3.Query decodes it
+// (up to its NUL) but without a copy: the string shares raw's memory and is
+// valid only while raw is (until the session's next read), which is as long
+// as the session uses it.
+func queryText(raw []byte) (string, bool) {
+	body := raw[5:]
+	i := bytes.IndexByte(body, 0)
+	if i < 0 {
+		return "", false
+	}
+	if i == 0 {
+		return "", true
+	}
+	return unsafe.String(&body[0], i), true
+}
+
+// Replies of a local answer, encoded once.
+var (
+	selectZero    = mustEncode(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 0")})
+	readyIdle     = mustEncode(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+	parseComplete = mustEncode(&pgproto3.ParseComplete{})
+	bindComplete  = mustEncode(&pgproto3.BindComplete{})
+)
+
 func mustEncode(m interface{ Encode([]byte) ([]byte, error) }) []byte {
 	b, _ := m.Encode(nil)
 	return b
 }
 
-// decodeMsg decodes an extended-protocol message; the decoded message
-// shares raw's memory.
-func decodeMsg(raw []byte) (clientMsg, error) {
+// decodeMsg decodes an extended-protocol message into one of the
+// session's message structs (see msgSlab); the decoded message shares raw's
+// memory.
+func (ss *session) decodeMsg(raw []byte) (clientMsg, error) {
 	var m interface {
 		pgproto3.FrontendMessage
 		Decode([]byte) error
 	}
 	switch raw[0] {
 	case msgParse:
-		m = &pgproto3.Parse{}
+		m = ss.slab.parse.get()
 	case msgBind:
-		m = &pgproto3.Bind{}
+		m = ss.slab.bind.get()
 	case msgDescribe:
-		m = &pgproto3.Describe{}
+		m = ss.slab.describe.get()
 	case msgExecute:
-		m = &pgproto3.Execute{}
+		m = ss.slab.execute.get()
 	case msgClose:
-		m = &pgproto3.Close{}
+		m = ss.slab.close.get()
 	}
 	if _, err := decodeAs(raw, m); err != nil {
 		return clientMsg{}, err
@@ -581,34 +669,35 @@ var (
 )
 
 // waitIdle waits until no forwarded message awaits an answer, and reports
-// the session's transaction status then (0 when it did not become idle).
-func (ss *session) waitIdle() (status byte, tainted bool, params map[string]string) {
-	deadline := time.NewTimer(ss.srv.cfg.PositionWait + time.Second)
-	defer deadline.Stop()
+// the session's state then (status 0 when it did not become idle).
+func (ss *session) waitIdle() (status byte, tainted bool, encoding, stdStrings string) {
 	ss.mu.Lock()
-	for !ss.idleLocked() {
-		ch := make(chan struct{})
-		ss.idleWait = ch
-		ss.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline.C:
-			// Answers owed for this long: stop answering this session
-			// locally rather than make every query wait.
-			ss.mu.Lock()
-			ss.tainted = true
+	if !ss.idleLocked() {
+		deadline := time.NewTimer(ss.srv.cfg.PositionWait + time.Second)
+		defer deadline.Stop()
+		for !ss.idleLocked() {
+			ch := make(chan struct{})
+			ss.idleWait = ch
 			ss.mu.Unlock()
-			ss.srv.log.Warn("pgwire: a session's answers did not arrive in time; it is relayed only from now on")
-			return 0, true, nil
+			select {
+			case <-ch:
+			case <-deadline.C:
+				// Answers owed for this long: stop answering this session
+				// locally rather than make every query wait.
+				ss.mu.Lock()
+				ss.tainted = true
+				ss.mu.Unlock()
+				ss.srv.log.Warn("pgwire: a session's answers did not arrive in time; it is relayed only from now on")
+				return 0, true, "", ""
+			}
+			ss.mu.Lock()
 		}
-		ss.mu.Lock()
 	}
 	ss.queue = ss.queue[:0]
 	status, tainted = ss.txStatus, ss.tainted
-	params = map[string]string{"client_encoding": ss.params["client_encoding"],
-		"standard_conforming_strings": ss.params["standard_conforming_strings"]}
+	encoding, stdStrings = ss.params["client_encoding"], ss.params["standard_conforming_strings"]
 	ss.mu.Unlock()
-	return status, tainted, params
+	return status, tainted, encoding, stdStrings
 }
 
 // waitTimer returns the session's stopped timer for decide, made once.
@@ -632,15 +721,15 @@ func (ss *session) idleLocked() bool {
 // eligible checks the session's state for a local answer: "" or the reason
 // to forward.
 func (ss *session) eligible(literal matchKind) string {
-	status, tainted, params := ss.waitIdle()
+	status, tainted, encoding, stdStrings := ss.waitIdle()
 	switch {
 	case status == 0:
 		return ReasonBatch
 	case status != 'I':
 		return ReasonTransaction
-	case tainted, params["client_encoding"] != "UTF8":
+	case tainted, encoding != "UTF8":
 		return ReasonSession
-	case literal == matchString && params["standard_conforming_strings"] != "on":
+	case literal == matchString && stdStrings != "on":
 		return ReasonSession
 	}
 	return ""
@@ -668,7 +757,9 @@ func (ss *session) answerQuery(toks []token) bool {
 				reason = ReasonNotLearned
 			}
 		}
-		kb := []byte(key)
+		// The key as bytes without a copy: only read (hashed), and not
+		// kept.
+		kb := unsafe.Slice(unsafe.StringData(key), len(key))
 		if reason == "" && !validKey(kb) {
 			reason = ReasonKey
 		}
@@ -681,7 +772,9 @@ func (ss *session) answerQuery(toks []token) bool {
 		}
 		st.local.Inc()
 		ss.cmu.Lock()
-		ss.sendLocked(l.row, &pgproto3.CommandComplete{CommandTag: []byte("SELECT 0")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+		ss.sendLocked(l.row)
+		ss.cw.Write(selectZero)
+		ss.cw.Write(readyIdle)
 		ss.cw.Flush()
 		ss.cmu.Unlock()
 		return true
@@ -715,19 +808,30 @@ func (ss *session) answerBatch() bool {
 	if len(ss.srv.stmts) == 0 {
 		return false
 	}
-	type lookup struct {
-		tmpl int
-		key  []byte // in the batch's arena
+	ab := &ss.ab
+	if ab.pending == nil {
+		ab.pending, ab.shapes = map[string]*stmtInfo{}, map[int]*learned{}
 	}
-	var lookups []lookup
-	pending := map[string]*stmtInfo{}
+	clear(ab.pending)
+	clear(ab.shapes)
+	lookups := ab.lookups[:0]
+	defer func() { ab.lookups = lookups[:0] }()
+	pending := ab.pending
 	stmt := func(name string) *stmtInfo {
 		if s, ok := pending[name]; ok {
 			return s
 		}
 		return ss.stmts[name]
 	}
-	portals := map[string]*localPortal{}
+	// Only the unnamed portal is bound in a batch answered locally.
+	var portal localPortal
+	bound := false
+	portals := func(name string) *localPortal {
+		if name != "" || !bound {
+			return nil
+		}
+		return &portal
+	}
 	executes := 0
 	// First pass: shape only, no waiting. A batch that touches no
 	// configured statement is forwarded without counting.
@@ -743,7 +847,17 @@ func (ss *session) answerBatch() bool {
 			if _, again := pending[m.Name]; m.Name != "" && (exists || again) {
 				return false // the upstream's error: already exists
 			}
-			tmpl := ss.matchExtended(m.Query, false)
+			// The unnamed statement re-parsed as it was (as libpq's
+			// PQexecParams does every time) is the one the upstream has:
+			// its template is known.
+			old := ss.stmts[m.Name]
+			same := m.Name == "" && old != nil && old.upstream && old.query == m.Query && slicesEqual(old.oids, m.ParameterOIDs)
+			var tmpl int
+			if same {
+				tmpl = old.tmpl
+			} else {
+				tmpl = ss.matchExtended(m.Query, false)
+			}
 			if tmpl < 0 || len(m.ParameterOIDs) > ss.srv.stmts[tmpl].tmpl.Params() {
 				return false
 			}
@@ -752,7 +866,11 @@ func (ss *session) answerBatch() bool {
 					return false
 				}
 			}
-			pending[m.Name] = &stmtInfo{query: m.Query, oids: append([]uint32(nil), m.ParameterOIDs...), tmpl: tmpl}
+			if same {
+				pending[m.Name] = old
+			} else {
+				pending[m.Name] = &stmtInfo{query: m.Query, oids: m.ParameterOIDs, tmpl: tmpl}
+			}
 		case *pgproto3.Bind:
 			st := stmt(m.PreparedStatement)
 			if st == nil || st.tmpl < 0 {
@@ -786,18 +904,18 @@ func (ss *session) answerBatch() bool {
 				break
 			}
 			lookups = append(lookups, lookup{st.tmpl, key})
-			portals[""] = &localPortal{tmpl: st.tmpl, formats: append([]int16(nil), m.ResultFormatCodes...)}
+			portal, bound = localPortal{tmpl: st.tmpl, formats: m.ResultFormatCodes}, true
 		case *pgproto3.Describe:
 			if m.ObjectType == 'S' {
 				st := stmt(m.Name)
 				if st == nil || st.tmpl < 0 {
 					return false
 				}
-			} else if portals[m.Name] == nil {
+			} else if portals(m.Name) == nil {
 				return false
 			}
 		case *pgproto3.Execute:
-			if portals[m.Portal] == nil {
+			if portals(m.Portal) == nil {
 				return false
 			}
 			executes++
@@ -828,7 +946,7 @@ func (ss *session) answerBatch() bool {
 		return count(reason)
 	}
 	// Every statement's shape must have been learned for this role.
-	shapes := map[int]*learned{}
+	shapes := ab.shapes
 	for _, cm := range ss.batch {
 		var tmpl int
 		switch m := cm.msg.(type) {
@@ -838,7 +956,7 @@ func (ss *session) answerBatch() bool {
 			if m.ObjectType == 'S' {
 				tmpl = stmt(m.Name).tmpl
 			} else {
-				tmpl = portals[m.Name].tmpl
+				tmpl = portals(m.Name).tmpl
 			}
 		default:
 			continue
@@ -862,28 +980,28 @@ func (ss *session) answerBatch() bool {
 	}
 	// Answer: every key is definitely absent.
 	ss.cmu.Lock()
-	var cur *localPortal
+	var cur localPortal
 	for _, cm := range ss.batch {
 		switch m := cm.msg.(type) {
 		case *pgproto3.Parse:
-			ss.sendLocked(&pgproto3.ParseComplete{})
+			ss.cw.Write(parseComplete)
 		case *pgproto3.Bind:
 			st := stmt(m.PreparedStatement)
-			cur = &localPortal{tmpl: st.tmpl, formats: m.ResultFormatCodes}
-			ss.sendLocked(&pgproto3.BindComplete{})
+			cur = localPortal{tmpl: st.tmpl, formats: m.ResultFormatCodes}
+			ss.cw.Write(bindComplete)
 		case *pgproto3.Describe:
 			if m.ObjectType == 'S' {
 				st := stmt(m.Name)
 				ss.sendLocked(&pgproto3.ParameterDescription{ParameterOIDs: paramTypes(ss.srv.stmts[st.tmpl], st)})
 				ss.sendLocked(shapes[st.tmpl].row)
 			} else {
-				ss.sendLocked(withFormats(shapes[cur.tmpl].row, cur.formats))
+				ss.sendLocked(withFormats(&ab.row, shapes[cur.tmpl].row, cur.formats))
 			}
 		case *pgproto3.Execute:
 			ss.srv.stmts[cur.tmpl].local.Inc()
-			ss.sendLocked(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 0")})
+			ss.cw.Write(selectZero)
 		case *pgproto3.Sync:
-			ss.sendLocked(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+			ss.cw.Write(readyIdle)
 		}
 	}
 	ss.cw.Flush() // a failed write ends the session at its next read
@@ -954,20 +1072,21 @@ func textRow(row *pgproto3.RowDescription) *pgproto3.RowDescription {
 	return out
 }
 
-// withFormats returns row with the result formats a Bind asked for.
-func withFormats(row *pgproto3.RowDescription, formats []int16) *pgproto3.RowDescription {
+// withFormats returns row with the result formats a Bind asked for,
+// in dst's memory when they are not all text.
+func withFormats(dst, row *pgproto3.RowDescription, formats []int16) *pgproto3.RowDescription {
 	if len(formats) == 0 {
 		return row
 	}
-	out := &pgproto3.RowDescription{Fields: append([]pgproto3.FieldDescription(nil), row.Fields...)}
-	for i := range out.Fields {
+	dst.Fields = append(dst.Fields[:0], row.Fields...)
+	for i := range dst.Fields {
 		if len(formats) == 1 {
-			out.Fields[i].Format = formats[0]
+			dst.Fields[i].Format = formats[0]
 		} else {
-			out.Fields[i].Format = formats[i]
+			dst.Fields[i].Format = formats[i]
 		}
 	}
-	return out
+	return dst
 }
 
 // relay copies the upstream's messages to the client as they came,

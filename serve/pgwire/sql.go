@@ -52,11 +52,16 @@ const maxStatementLen = 64 << 10
 // tokenize splits s into tokens. It fails on text PostgreSQL's lexer would
 // also reject, and on a few forms it does not need (U&'…' strings, B'…'/X'…'
 // bit strings are returned as an error so that they never match).
-func tokenize(s string) ([]token, error) {
+func tokenize(s string) ([]token, error) { return tokenizeInto(nil, s) }
+
+// tokenizeInto is tokenize appending to out[:0], so that a session reuses
+// one slice for every statement it matches. The tokens' values are s's
+// substrings where they can be: valid while s is.
+func tokenizeInto(out []token, s string) ([]token, error) {
+	out = out[:0]
 	if len(s) > maxStatementLen {
-		return nil, errTooLong
+		return out, errTooLong
 	}
-	var out []token
 	i := 0
 	for i < len(s) {
 		c := s[i]
@@ -71,7 +76,7 @@ func tokenize(s string) ([]token, error) {
 			depth := 0
 			for {
 				if i+1 >= len(s) {
-					return nil, errUnterminated
+					return out, errUnterminated
 				}
 				if s[i] == '/' && s[i+1] == '*' {
 					depth++
@@ -89,34 +94,34 @@ func tokenize(s string) ([]token, error) {
 		case (c == 'e' || c == 'E') && i+1 < len(s) && s[i+1] == '\'':
 			v, n, err := scanEString(s[i+1:])
 			if err != nil {
-				return nil, err
+				return out, err
 			}
 			out = append(out, token{kind: tokString, val: v, escape: true})
 			i += 1 + n
 		case (c == 'u' || c == 'U' || c == 'b' || c == 'B' || c == 'x' || c == 'X' || c == 'n' || c == 'N') &&
 			i+1 < len(s) && (s[i+1] == '\'' || s[i+1] == '&'):
-			return nil, fmt.Errorf("%w: %q string", errBadChar, s[i:i+2])
+			return out, fmt.Errorf("%w: %q string", errBadChar, s[i:i+2])
 		case isIdentStart(c):
 			j := i + 1
 			for j < len(s) && isIdentCont(s[j]) {
 				j++
 			}
-			out = append(out, token{kind: tokIdent, val: strings.ToLower(s[i:j])})
+			out = append(out, token{kind: tokIdent, val: lowerIdent(s[i:j])})
 			i = j
 		case c == '"':
 			v, n, err := scanQuoted(s[i:], '"')
 			if err != nil {
-				return nil, err
+				return out, err
 			}
 			if v == "" {
-				return nil, fmt.Errorf("%w: empty quoted identifier", errBadChar)
+				return out, fmt.Errorf("%w: empty quoted identifier", errBadChar)
 			}
 			out = append(out, token{kind: tokQIdent, val: v})
 			i += n
 		case c == '\'':
 			v, n, err := scanQuoted(s[i:], '\'')
 			if err != nil {
-				return nil, err
+				return out, err
 			}
 			out = append(out, token{kind: tokString, val: v})
 			i += n
@@ -126,14 +131,14 @@ func tokenize(s string) ([]token, error) {
 				j++
 			}
 			if j-i > 6 {
-				return nil, fmt.Errorf("%w: parameter number", errBadChar)
+				return out, fmt.Errorf("%w: parameter number", errBadChar)
 			}
 			out = append(out, token{kind: tokParam, val: s[i:j]})
 			i = j
 		case c == '$':
 			v, n, err := scanDollar(s[i:])
 			if err != nil {
-				return nil, err
+				return out, err
 			}
 			out = append(out, token{kind: tokString, val: v, escape: true})
 			i += n
@@ -160,14 +165,65 @@ func tokenize(s string) ([]token, error) {
 			out = append(out, token{kind: tokOp, val: op})
 			i = j
 		case strings.IndexByte("(),.;*+-/%[]:|&^~#@?", c) >= 0:
-			out = append(out, token{kind: tokOp, val: string(c)})
+			out = append(out, token{kind: tokOp, val: s[i : i+1]})
 			i++
 		default:
-			return nil, fmt.Errorf("%w %q", errBadChar, c)
+			return out, fmt.Errorf("%w %q", errBadChar, c)
 		}
 	}
 	return out, nil
 }
+
+// lowerIdent folds an unquoted identifier to lower case as PostgreSQL does
+// in a multibyte encoding (ASCII letters only: "Über" stays another name
+// than "über"), without allocating for one already in lower case or for a
+// keyword of the statements the front end matches.
+func lowerIdent(s string) string {
+	upper := false
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			upper = true
+			break
+		}
+	}
+	if !upper {
+		return s
+	}
+	if len(s) <= maxKeywordLen {
+		var buf [maxKeywordLen]byte
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			if c >= 'A' && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			buf[i] = c
+		}
+		if k, ok := keywords[string(buf[:len(s)])]; ok { // no allocation for the lookup
+			return k
+		}
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// keywords are the words the configured statements' shape is made of
+// (interned by lowerIdent).
+var keywords = func() map[string]string {
+	m := map[string]string{}
+	for _, w := range strings.Fields("select from where and or not in is null as on join inner left right full outer cross " +
+		"limit offset order by group having distinct all any some union intersect except for update share nowait skip locked " +
+		"with text varchar character varying collate asc desc true false between like ilike similar to cast exists case when then else end") {
+		m[w] = w
+	}
+	return m
+}()
+
+const maxKeywordLen = 16
 
 func isIdentStart(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c >= 0x80
@@ -178,6 +234,10 @@ func isIdentCont(c byte) bool { return isIdentStart(c) || c >= '0' && c <= '9' |
 // scanQuoted reads a q-quoted token at the start of s, with qq standing for
 // one q, and returns its text and length.
 func scanQuoted(s string, q byte) (string, int, error) {
+	// Without a doubled quote the value is s's substring: no copy.
+	if j := strings.IndexByte(s[1:], q); j >= 0 && (2+j >= len(s) || s[2+j] != q) {
+		return s[1 : 1+j], 2 + j, nil
+	}
 	var b strings.Builder
 	i := 1
 	for {

@@ -186,3 +186,26 @@ func FuzzLiteral(f *testing.F) {
 		}
 	})
 }
+
+// TestMatchFoldsASCIIOnly: PostgreSQL folds unquoted identifiers to lower
+// case letter by letter in ASCII only (in a multibyte encoding), so that
+// Über is another table than über: a statement naming it is not the set's.
+func TestMatchFoldsASCIIOnly(t *testing.T) {
+	tp, err := ParseTemplate("SELECT id FROM über WHERE email = $1", "über", "email")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for q, want := range map[string]matchKind{
+		"SELECT ID FROM ÜBER WHERE EMAIL = 'a'": matchNone,
+		"SELECT ID FROM Über WHERE email = 'a'": matchNone,
+		"SELECT ID FROM über WHERE EMAIL = 'a'": matchString,
+	} {
+		toks, err := tokenize(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, kind := tp.match(toks, true); kind != want {
+			t.Errorf("%s: match %v, want %v", q, kind, want)
+		}
+	}
+}
