@@ -59,6 +59,7 @@ type session struct {
 
 	mu       sync.Mutex
 	queue    []expect
+	qbuf     []expect // queue's memory from its start: reused once queue is empty
 	txStatus byte
 	copyIn   bool // an extended COPY FROM STDIN is under way: its Syncs get no answer
 	tainted  bool // search_path or role changed: never answer locally
@@ -503,7 +504,15 @@ func (ss *session) forwardRaw(raw []byte, e expect, flush bool) {
 	if e.kind != 'X' {
 		ss.mu.Lock()
 		if !(e.kind == 'S' && ss.copyIn) {
+			if len(ss.queue) == 0 {
+				// Popping moves queue's start forward: start again at
+				// its memory's beginning rather than grow it.
+				ss.queue = ss.qbuf[:0]
+			}
 			ss.queue = append(ss.queue, e)
+			if cap(ss.queue) > cap(ss.qbuf) {
+				ss.qbuf = ss.queue[:0] // grown: a new array, queue at its start
+			}
 		}
 		ss.mu.Unlock()
 	}
