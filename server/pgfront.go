@@ -14,11 +14,12 @@ import (
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
-// newPostgresFront returns the PostgreSQL front end: each set's answer
-// statements are checked (shape, then on the database), and each set gets
-// a small pool for reading the WAL insert position. The returned closers
-// close the pools; they are returned with an error too.
-func newPostgresFront(ctx context.Context, cfg *Config, store *serve.Store, tlsConfig *tls.Config, reg prometheus.Registerer, log *slog.Logger) (*pgwire.Server, []func(), error) {
+// answerStatements returns the statements the PostgreSQL front end
+// answers: each set's answer statements are checked (shape, then on the
+// database), and each set gets a small pool for reading the WAL insert
+// position. The returned closers close the pools; they are returned with
+// an error too.
+func answerStatements(ctx context.Context, cfg *Config, store *serve.Store) ([]pgwire.Statement, []func(), error) {
 	var closers []func()
 	var stmts []pgwire.Statement
 	for i := range cfg.Sets {
@@ -54,19 +55,15 @@ func newPostgresFront(ctx context.Context, cfg *Config, store *serve.Store, tlsC
 				Database: db, ParamOIDs: oids, Set: set, ReadPosition: read})
 		}
 	}
-	srv, err := pgwire.New(frontConfig(cfg, stmts, tlsConfig, reg, log))
-	if err != nil {
-		return nil, closers, err
-	}
-	return srv, closers, nil
+	return stmts, closers, nil
 }
 
-// frontConfig is the front end's pgwire.Config; without statements and
-// registerer, the relay that serves while the sets connect.
-func frontConfig(cfg *Config, stmts []pgwire.Statement, tlsConfig *tls.Config, reg prometheus.Registerer, log *slog.Logger) pgwire.Config {
+// frontConfig is the front end's pgwire.Config: without statements, it
+// relays every statement while the sets connect (Server.Answer adds them).
+func frontConfig(cfg *Config, tlsConfig *tls.Config, reg prometheus.Registerer, log *slog.Logger) pgwire.Config {
 	p := cfg.PostgresFront
 	return pgwire.Config{
-		Upstream: p.Upstream, TLSConfig: tlsConfig, Statements: stmts, MaxConns: p.MaxConns, MaxMessageSize: int(p.MaxMessageSize),
+		Upstream: p.Upstream, TLSConfig: tlsConfig, MaxConns: p.MaxConns, MaxMessageSize: int(p.MaxMessageSize),
 		PositionWait: p.PositionWait, Logger: log, Registerer: reg,
 	}
 }

@@ -42,12 +42,10 @@ type Server struct {
 	respLn, httpLn, pgLn net.Listener
 	resp                 *resp.Server
 	http                 *http.Server
-	// pgRelay relays every statement while the sets connect; pg, with
-	// the answer statements checked, takes the new connections after
-	// (pgHand hands them over).
-	pgRelay, pg *pgwire.Server
-	pgHand      *handoff
-	tlsConfig   *tls.Config // the listeners' (nil: none)
+	// pg relays every statement while the sets connect, and answers
+	// the checked statements after (Answer).
+	pg        *pgwire.Server
+	tlsConfig *tls.Config // the listeners' (nil: none)
 
 	// The background start (connect): started is closed once every set
 	// is connected; stopStart cancels it and startDone says it ended.
@@ -213,18 +211,18 @@ func Listen(cfg Config) (*Server, error) {
 		}
 	}
 	if s.pgLn != nil {
-		// No statements, no metrics: the front end with the checked
-		// statements registers them.
-		s.pgRelay, err = pgwire.New(frontConfig(&s.cfg, nil, tlsConfig, nil, s.log))
+		// It relays every statement until connect gives it the checked
+		// statements (Answer), the sessions opened meanwhile included.
+		s.pg, err = pgwire.New(frontConfig(&s.cfg, tlsConfig, reg, s.log))
 		if err != nil {
 			return fail(err)
 		}
 	}
 	if s.httpLn != nil {
 		var deps map[string]httpapi.Dependency
-		if s.pgRelay != nil {
+		if s.pg != nil {
 			// /readyz covers the front end's upstream.
-			deps = map[string]httpapi.Dependency{"postgres-upstream": frontReadiness{s}}
+			deps = map[string]httpapi.Dependency{"postgres-upstream": s.pg}
 		}
 		s.http = &http.Server{
 			Handler:           s.readyzStarting(httpapi.Handler(httpapi.Config{Store: s.store, Token: cfg.Password, Gatherer: reg, Dependencies: deps})),
@@ -250,16 +248,12 @@ func Listen(cfg Config) (*Server, error) {
 		}()
 		s.log.Info("serving HTTP", "addr", s.httpLn.Addr().String())
 	}
-	if s.pgRelay != nil {
-		s.pgHand = newHandoff(s.pgLn)
-		relayLn := s.pgHand.next()
+	if s.pg != nil {
 		go func() {
-			// Its listener closes when the checked front end takes over.
-			if err := s.pgRelay.Serve(relayLn); !errors.Is(err, pgwire.ErrClosed) && !errors.Is(err, net.ErrClosed) {
+			if err := s.pg.Serve(s.pgLn); !errors.Is(err, pgwire.ErrClosed) && !errors.Is(err, net.ErrClosed) {
 				s.errc <- err
 			}
 		}()
-		go s.pgHand.run()
 		s.log.Info("serving the PostgreSQL protocol (relaying every statement until the sets are connected)", "addr", s.pgLn.Addr().String(), "upstream", cfg.PostgresFront.Upstream)
 	}
 	s.stages.Listening = time.Since(t0)
@@ -283,10 +277,10 @@ func (s *Server) connect(ctx context.Context, pending []*pendingSet) {
 	for i, p := range pending {
 		wg.Go(func() { closers[i], errs[i] = openSet(ctx, &s.cfg, i, p) })
 	}
-	var pg *pgwire.Server
-	if s.pgLn != nil {
+	var stmts []pgwire.Statement
+	if s.pg != nil {
 		wg.Go(func() {
-			pg, closers[len(pending)], errs[len(pending)] = newPostgresFront(ctx, &s.cfg, s.store, s.tlsConfig, s.cfg.Registry, s.log)
+			stmts, closers[len(pending)], errs[len(pending)] = answerStatements(ctx, &s.cfg, s.store)
 		})
 	}
 	wg.Wait()
@@ -308,16 +302,13 @@ func (s *Server) connect(ctx context.Context, pending []*pendingSet) {
 	for _, p := range pending {
 		close(p.opened)
 	}
-	if pg != nil {
-		s.mu.Lock()
-		s.pg = pg
-		s.mu.Unlock()
-		ln := s.pgHand.next()
-		go func() {
-			if err := pg.Serve(ln); !errors.Is(err, pgwire.ErrClosed) && !errors.Is(err, net.ErrClosed) {
-				s.errc <- err
-			}
-		}()
+	if s.pg != nil {
+		if err := s.pg.Answer(stmts); err != nil {
+			err = startError{err}
+			s.startErr.Store(&err)
+			s.errc <- err
+			return
+		}
 		s.log.Info("answering on the PostgreSQL protocol", "addr", s.pgLn.Addr().String())
 	}
 	s.stages.Connected = time.Since(t0)
@@ -333,20 +324,6 @@ func firstErr(errs []error) error {
 		}
 	}
 	return nil
-}
-
-// frontReadiness is the PostgreSQL front end's upstream for /readyz: the
-// relay's while starting, the answering front end's after.
-type frontReadiness struct{ s *Server }
-
-func (f frontReadiness) Readiness() (bool, any) {
-	f.s.mu.Lock()
-	pg := f.s.pg
-	f.s.mu.Unlock()
-	if pg == nil {
-		pg = f.s.pgRelay
-	}
-	return pg.Readiness()
 }
 
 // Started is closed once every set is connected and checked (Listen).
@@ -536,16 +513,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if s.http != nil {
 			s.http.Shutdown(ctx)
 		}
-		if s.pgHand != nil {
-			s.pgHand.close()
-		}
-		s.mu.Lock()
-		pg := s.pg
-		s.mu.Unlock()
-		for _, p := range []*pgwire.Server{s.pgRelay, pg} {
-			if p != nil {
-				p.Shutdown(ctx)
-			}
+		if s.pg != nil {
+			s.pg.Shutdown(ctx)
 		}
 		if err := s.store.Close(); err != nil {
 			s.closeErr = fmt.Errorf("final snapshot: %w", err)

@@ -199,8 +199,11 @@ set users {
 	if zeros == 0 {
 		t.Errorf("no absent key answered 0 once ready; stderr:\n%s", stderr)
 	}
-	// The session opened while starting goes on relaying; a new one is
-	// served by the front end with the checked statements.
+	// A new session is served by the front end with the checked
+	// statements; the session opened while starting is too, from then on
+	// (its statement, prepared while relaying, once a session has taught
+	// the front end the result shape).
+	early := fc
 	frontFinds("once ready, a session from before")
 	fc2, err := pgx.Connect(ctx, fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&connect_timeout=30", pg.User, front, pg.Database))
 	if err != nil {
@@ -210,8 +213,15 @@ set users {
 	fc = fc2
 	frontFinds("once ready")
 	frontFinds("once ready, again")
-	if n := (&pgFront{httpAddr: httpAddr}).metric(t, "bloomgate_pgwire_answered_total"); n == 0 {
+	answered := func() float64 { return (&pgFront{httpAddr: httpAddr}).metric(t, "bloomgate_pgwire_answered_total") }
+	n := answered()
+	if n == 0 {
 		t.Errorf("the front end answered nothing itself once ready (bloomgate_pgwire_answered_total 0)")
+	}
+	fc = early
+	frontFinds("once ready, the session from before, again")
+	if m := answered(); m <= n {
+		t.Errorf("the session opened while starting was not answered by the front end once ready (bloomgate_pgwire_answered_total %v, then %v)", n, m)
 	}
 }
 

@@ -83,7 +83,7 @@ type Config struct {
 	// way.
 	TLSConfig *tls.Config
 	// Statements are the statements answered locally. Default: none (a
-	// plain relay).
+	// plain relay, until Server.Answer gives them).
 	Statements []Statement
 	// MaxConns bounds client connections; one more gets PostgreSQL's
 	// "sorry, too many clients already" and is closed. Default: 1000.
@@ -156,13 +156,20 @@ type stmtRuntime struct {
 // Server relays PostgreSQL sessions and answers configured statements for
 // absent keys. It is safe for concurrent use.
 type Server struct {
-	cfg    Config
-	up     upstream
-	log    *slog.Logger
-	stmts  []*stmtRuntime
-	cache  learnedCache
-	health upstreamHealth
-	stop   chan struct{} // closed by Shutdown: ends checkLoop
+	cfg Config
+	up  upstream
+	log *slog.Logger
+	// stmts is set once (New or Answer) and never changed after, so an
+	// index into it stays valid in every session for good.
+	stmts atomic.Pointer[[]*stmtRuntime]
+	cache learnedCache
+
+	local   *prometheus.CounterVec // by set, statement
+	fwd     *prometheus.CounterVec // by set, statement, reason
+	latency *prometheus.HistogramVec
+	answer  sync.Mutex // serialises Answer
+	health  upstreamHealth
+	stop    chan struct{} // closed by Shutdown: ends checkLoop
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -227,34 +234,11 @@ func New(cfg Config) (*Server, error) {
 		Help:    "Round trips of forwarded configured statements, from the front end sending the statement's Query or Sync to the upstream's ReadyForQuery, by set and statement number.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 	}, []string{"set", "statement"})
-	readers := map[string]*positionReader{}
-	perSet := map[string]int{}
-	for i, st := range cfg.Statements {
-		if st.SetName == "" || st.Set == nil || st.ReadPosition == nil || st.Database == "" {
-			return nil, fmt.Errorf("pgwire: statement %d: SetName, Set, ReadPosition and Database are required", i+1)
+	s.local, s.fwd, s.latency = local, fwd, latency
+	if len(cfg.Statements) > 0 {
+		if err := s.Answer(cfg.Statements); err != nil {
+			return nil, err
 		}
-		tmpl, err := ParseTemplate(st.SQL, st.Table, st.Column)
-		if err != nil {
-			return nil, fmt.Errorf("set %q: answer %q: %w", st.SetName, st.SQL, err)
-		}
-		r := readers[st.SetName]
-		if r == nil {
-			read := st.ReadPosition
-			timeout := cfg.PositionTimeout
-			r = &positionReader{read: func(ctx context.Context) (changefeed.Position, error) {
-				ctx, cancel := context.WithTimeout(ctx, timeout)
-				defer cancel()
-				return read(ctx)
-			}}
-			readers[st.SetName] = r
-		}
-		perSet[st.SetName]++
-		label := strconv.Itoa(perSet[st.SetName])
-		rt := &stmtRuntime{Statement: st, tmpl: tmpl, label: label, reader: r,
-			local:   local.WithLabelValues(st.SetName, label),
-			fwd:     fwd.MustCurryWith(prometheus.Labels{"set": st.SetName, "statement": label}),
-			latency: latency.WithLabelValues(st.SetName, label)}
-		s.stmts = append(s.stmts, rt)
 	}
 	if cfg.Registerer != nil {
 		gauge := func(name, help string, f func() float64) prometheus.Collector {
@@ -281,6 +265,65 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	return s, nil
+}
+
+// ErrAnswering is returned by Answer when the server already has its
+// statements.
+var ErrAnswering = errors.New("pgwire: the server already answers its statements")
+
+// Answer gives a server started without Statements the statements it
+// answers locally (see Config.Statements), once: the sessions already open
+// match them from their next message on, as new ones do. A server that
+// listens before its sets are connected relays every statement until then,
+// and a client's pooled session opened meanwhile is not left relay-only.
+// Each Statement is checked by ParseTemplate; the error names the set and
+// the statement, and nothing changes.
+func (s *Server) Answer(stmts []Statement) error {
+	s.answer.Lock()
+	defer s.answer.Unlock()
+	if s.stmts.Load() != nil {
+		return ErrAnswering
+	}
+	var table []*stmtRuntime
+	readers := map[string]*positionReader{}
+	perSet := map[string]int{}
+	for i, st := range stmts {
+		if st.SetName == "" || st.Set == nil || st.ReadPosition == nil || st.Database == "" {
+			return fmt.Errorf("pgwire: statement %d: SetName, Set, ReadPosition and Database are required", i+1)
+		}
+		tmpl, err := ParseTemplate(st.SQL, st.Table, st.Column)
+		if err != nil {
+			return fmt.Errorf("set %q: answer %q: %w", st.SetName, st.SQL, err)
+		}
+		r := readers[st.SetName]
+		if r == nil {
+			read := st.ReadPosition
+			timeout := s.cfg.PositionTimeout
+			r = &positionReader{read: func(ctx context.Context) (changefeed.Position, error) {
+				ctx, cancel := context.WithTimeout(ctx, timeout)
+				defer cancel()
+				return read(ctx)
+			}}
+			readers[st.SetName] = r
+		}
+		perSet[st.SetName]++
+		label := strconv.Itoa(perSet[st.SetName])
+		rt := &stmtRuntime{Statement: st, tmpl: tmpl, label: label, reader: r,
+			local:   s.local.WithLabelValues(st.SetName, label),
+			fwd:     s.fwd.MustCurryWith(prometheus.Labels{"set": st.SetName, "statement": label}),
+			latency: s.latency.WithLabelValues(st.SetName, label)}
+		table = append(table, rt)
+	}
+	s.stmts.Store(&table)
+	return nil
+}
+
+// table returns the statements answered locally (none before Answer).
+func (s *Server) table() []*stmtRuntime {
+	if t := s.stmts.Load(); t != nil {
+		return *t
+	}
+	return nil
 }
 
 // Serve accepts connections on ln until Shutdown, and returns ErrClosed

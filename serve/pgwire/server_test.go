@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -253,7 +254,7 @@ func TestForwardReasons(t *testing.T) {
 	}
 	lookup("a") // learns the shape
 	lookup("b")
-	if n := testutil.ToFloat64(f.srv.stmts[0].local); n != 1 {
+	if n := testutil.ToFloat64(f.srv.table()[0].local); n != 1 {
 		t.Fatalf("answered %v, want 1", n)
 	}
 	f.set.setLagging(true)
@@ -282,7 +283,7 @@ func TestForwardReasons(t *testing.T) {
 			t.Errorf("forwarded for %s: %v, want %v", reason, got, want)
 		}
 	}
-	if n := testutil.ToFloat64(f.srv.stmts[0].local); n != 3 {
+	if n := testutil.ToFloat64(f.srv.table()[0].local); n != 3 {
 		t.Errorf("answered %v, want 3", n)
 	}
 }
@@ -310,5 +311,75 @@ func TestShutdownClosesIdleSessions(t *testing.T) {
 	}
 	if err := f.srv.Shutdown(ctx); err != nil {
 		t.Errorf("a second Shutdown: %v", err)
+	}
+}
+
+// TestAnswerLater: a server started as a plain relay (its sets still
+// connecting) answers locally in the sessions opened before Answer gave it
+// its statements, from their next query on: a simple-protocol session at
+// once (its first forwarded answer teaches the result shape), and a
+// statement prepared before Answer once the shape is learned (prepared
+// again, it would be described again; pgx's cache keeps it); a session
+// that changed its search_path while relayed stays relay-only; Answer
+// works once.
+func TestAnswerLater(t *testing.T) {
+	var stmts []Statement
+	f := newFrontEnd(t, func(c *Config) { stmts, c.Statements = c.Statements, nil })
+	ctx := context.Background()
+	q := "SELECT email, n FROM " + f.table + " WHERE email = $1"
+	connect := func(mode pgx.QueryExecMode) *pgx.Conn {
+		cfg, err := pgx.ParseConfig(f.front)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.DefaultQueryExecMode = mode
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(ctx) })
+		return c
+	}
+	lookup := func(c *pgx.Conn, k string) {
+		t.Helper()
+		if err := c.QueryRow(ctx, q, k).Scan(new(string), new(int)); err != pgx.ErrNoRows {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+	answered := func() float64 { return f.count(t, "bloomgate_pgwire_answered_total") }
+	simple := connect(pgx.QueryExecModeSimpleProtocol)
+	prepared := connect(pgx.QueryExecModeCacheStatement)
+	tainted := connect(pgx.QueryExecModeSimpleProtocol)
+	lookup(simple, "a")
+	lookup(prepared, "a")
+	if _, err := tainted.Exec(ctx, "SET search_path = public"); err != nil {
+		t.Fatal(err)
+	}
+	if n := answered() + f.count(t, "bloomgate_pgwire_forwarded_total"); n != 0 {
+		t.Fatalf("a relay counted %v lookups", n)
+	}
+	if err := f.srv.Answer(stmts); err != nil {
+		t.Fatal(err)
+	}
+	lookup(simple, "b") // learns the shape
+	lookup(simple, "c")
+	if n := answered(); n != 1 {
+		t.Errorf("answered %v in a simple-protocol session opened before Answer, want 1", n)
+	}
+	lookup(prepared, "d")
+	if n := answered(); n != 2 {
+		t.Errorf("answered %v after a lookup on a statement prepared before Answer, want 2", n)
+	}
+	lookup(tainted, "e")
+	if n := answered(); n != 2 {
+		t.Errorf("answered %v after a lookup in a session that set its search_path, want 2", n)
+	}
+	for reason, want := range map[string]float64{ReasonNotLearned: 1, ReasonSession: 1} {
+		if got := f.count(t, "bloomgate_pgwire_forwarded_total", "reason", reason); got != want {
+			t.Errorf("forwarded for %s: %v, want %v", reason, got, want)
+		}
+	}
+	if err := f.srv.Answer(stmts); !errors.Is(err, ErrAnswering) {
+		t.Errorf("a second Answer: %v, want ErrAnswering", err)
 	}
 }

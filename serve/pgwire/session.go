@@ -53,6 +53,7 @@ type session struct {
 	batch               []clientMsg          // run only: extended-protocol messages up to Sync
 	arena               []byte               // run only: the batch's messages as they came
 	batchBytes          int
+	answering           bool // the server's statements are matched (matchPrepared)
 	passthrough         bool // run only: forward until Sync (after a Flush or an oversized batch)
 	syncTmpl            int  // run only: a configured statement executed since the last Sync forwarded, or -1
 	startupParamTainted bool
@@ -130,7 +131,7 @@ type lookup struct {
 type stmtInfo struct {
 	query    string
 	oids     []uint32
-	tmpl     int  // index in srv.stmts, -1 when not a configured statement
+	tmpl     int  // index in srv.table(), -1 when not a configured statement
 	upstream bool // the upstream has it prepared with this text
 }
 
@@ -301,6 +302,9 @@ func (ss *session) authenticate() bool {
 // serveClient reads the client until it disconnects.
 func (ss *session) serveClient() {
 	for {
+		if !ss.answering {
+			ss.matchPrepared()
+		}
 		raw, err := ss.cin.next()
 		if err != nil {
 			var tooBig *pgproto3.ExceededMaxBodyLenErr
@@ -579,6 +583,22 @@ func (ss *session) forwardExtended(cm clientMsg) {
 	ss.forwardRaw(cm.raw, expect{kind: 'H'}, false) // unreachable: every batched message is above
 }
 
+// matchPrepared matches the statements the session prepared while the
+// server had no statements to answer (Server.Answer came later), once it
+// has them; a pooled client's prepared lookup is then answered like one
+// prepared afterwards.
+func (ss *session) matchPrepared() {
+	if ss.srv.table() == nil {
+		return
+	}
+	ss.answering = true
+	for _, st := range ss.stmts {
+		if st.query != "" && st.tmpl < 0 {
+			st.tmpl = ss.matchExtended(st.query, false)
+		}
+	}
+}
+
 // portals maps portal names to configured statements for learning; a
 // portal is only as good as the last Bind seen for its name.
 func (ss *session) portalTmpl(name string, set int) int {
@@ -611,7 +631,7 @@ func (ss *session) ensureUpstream(name string) int {
 // matchExtended returns the configured statement q is, or -1. With
 // literal, q is a simple-protocol query whose key is a literal.
 func (ss *session) matchExtended(q string, literal bool) int {
-	if len(ss.srv.stmts) == 0 {
+	if len(ss.srv.table()) == 0 {
 		return -1
 	}
 	toks, err := tokenize(q)
@@ -620,10 +640,10 @@ func (ss *session) matchExtended(q string, literal bool) int {
 
 // matchTokens is matchExtended on q's tokens (err: tokenize's error).
 func (ss *session) matchTokens(toks []token, err error, literal bool) int {
-	if err != nil || len(ss.srv.stmts) == 0 {
+	if err != nil || len(ss.srv.table()) == 0 {
 		return -1
 	}
-	for i, st := range ss.srv.stmts {
+	for i, st := range ss.srv.table() {
 		if st.Database != ss.db {
 			continue
 		}
@@ -747,10 +767,10 @@ func (ss *session) eligible(literal matchKind) string {
 // answerQuery answers a simple-protocol query locally when it is a
 // configured statement with a literal key that is definitely absent.
 func (ss *session) answerQuery(toks []token) bool {
-	if len(ss.srv.stmts) == 0 {
+	if len(ss.srv.table()) == 0 {
 		return false
 	}
-	for i, st := range ss.srv.stmts {
+	for i, st := range ss.srv.table() {
 		if st.Database != ss.db {
 			continue
 		}
@@ -814,7 +834,7 @@ type localPortal struct {
 // it is part of a configured statement's execution for a key that is
 // definitely absent; otherwise it returns false and the caller forwards it.
 func (ss *session) answerBatch() bool {
-	if len(ss.srv.stmts) == 0 {
+	if len(ss.srv.table()) == 0 {
 		return false
 	}
 	ab := &ss.ab
@@ -867,7 +887,7 @@ func (ss *session) answerBatch() bool {
 			} else {
 				tmpl = ss.matchExtended(m.Query, false)
 			}
-			if tmpl < 0 || len(m.ParameterOIDs) > ss.srv.stmts[tmpl].tmpl.Params() {
+			if tmpl < 0 || len(m.ParameterOIDs) > ss.srv.table()[tmpl].tmpl.Params() {
 				return false
 			}
 			for _, oid := range m.ParameterOIDs {
@@ -892,7 +912,7 @@ func (ss *session) answerBatch() bool {
 				refusal = ReasonBatch
 				break
 			}
-			tp := ss.srv.stmts[st.tmpl].tmpl
+			tp := ss.srv.table()[st.tmpl].tmpl
 			if nf := len(m.ParameterFormatCodes); len(m.Parameters) != tp.Params() || nf > 1 && nf != tp.Params() ||
 				!formatsOK(m.ParameterFormatCodes) || !formatsOK(m.ResultFormatCodes) {
 				return false // the upstream's error, or nothing to do
@@ -938,10 +958,10 @@ func (ss *session) answerBatch() bool {
 	}
 	count := func(reason string) bool {
 		for _, l := range lookups {
-			ss.srv.stmts[l.tmpl].fwd.WithLabelValues(reason).Inc()
+			ss.srv.table()[l.tmpl].fwd.WithLabelValues(reason).Inc()
 		}
 		if len(lookups) == 0 {
-			ss.srv.stmts[firstTmpl].fwd.WithLabelValues(reason).Inc()
+			ss.srv.table()[firstTmpl].fwd.WithLabelValues(reason).Inc()
 		}
 		return false
 	}
@@ -974,7 +994,7 @@ func (ss *session) answerBatch() bool {
 		if l == nil {
 			return count(ReasonNotLearned)
 		}
-		if d, ok := cm.msg.(*pgproto3.Describe); ok && d.ObjectType == 'S' && paramTypes(ss.srv.stmts[tmpl], stmt(d.Name)) == nil {
+		if d, ok := cm.msg.(*pgproto3.Describe); ok && d.ObjectType == 'S' && paramTypes(ss.srv.table()[tmpl], stmt(d.Name)) == nil {
 			return count(ReasonNotLearned)
 		}
 		if b, ok := cm.msg.(*pgproto3.Bind); ok && len(b.ResultFormatCodes) > 1 && len(b.ResultFormatCodes) != len(l.row.Fields) {
@@ -983,7 +1003,7 @@ func (ss *session) answerBatch() bool {
 		shapes[tmpl] = l
 	}
 	for _, l := range lookups {
-		if reason := ss.srv.decide(context.Background(), ss.srv.stmts[l.tmpl], l.key, ss.waitTimer()); reason != "" {
+		if reason := ss.srv.decide(context.Background(), ss.srv.table()[l.tmpl], l.key, ss.waitTimer()); reason != "" {
 			return count(reason)
 		}
 	}
@@ -1001,13 +1021,13 @@ func (ss *session) answerBatch() bool {
 		case *pgproto3.Describe:
 			if m.ObjectType == 'S' {
 				st := stmt(m.Name)
-				ss.sendLocked(&pgproto3.ParameterDescription{ParameterOIDs: paramTypes(ss.srv.stmts[st.tmpl], st)})
+				ss.sendLocked(&pgproto3.ParameterDescription{ParameterOIDs: paramTypes(ss.srv.table()[st.tmpl], st)})
 				ss.sendLocked(shapes[st.tmpl].row)
 			} else {
 				ss.sendLocked(withFormats(&ab.row, shapes[cur.tmpl].row, cur.formats))
 			}
 		case *pgproto3.Execute:
-			ss.srv.stmts[cur.tmpl].local.Inc()
+			ss.srv.table()[cur.tmpl].local.Inc()
 			ss.cw.Write(selectZero)
 		case *pgproto3.Sync:
 			ss.cw.Write(readyIdle)
@@ -1269,7 +1289,7 @@ func (ss *session) account(raw []byte) (bool, error) {
 			ss.queue = ss.queue[1:]
 			if e.kind == 'S' || e.kind == 'Q' || e.kind == 'F' {
 				if !e.sent.IsZero() {
-					ss.srv.stmts[e.tmpl].latency.Observe(time.Since(e.sent).Seconds())
+					ss.srv.table()[e.tmpl].latency.Observe(time.Since(e.sent).Seconds())
 				}
 				break
 			}
