@@ -104,6 +104,9 @@ type bloomKey struct {
 	f    *filter.Scalable
 	p    BloomParams
 	card atomic.Uint64 // adds that were new (BF.CARD)
+	// deletes is the opPut record's deletes field as restored, written back
+	// as read (a Bloom key deletes nothing; a dump round-trips whole).
+	deletes uint64
 }
 
 func decodeBloomKey(rd io.Reader, cfg filter.DecodeConfig, spec Spec, _ func() time.Time) (keyFilter, error) {
@@ -119,11 +122,12 @@ func (k *bloomKey) spec() Spec                       { return k.p }
 func (k *bloomKey) subFilters() int                  { return k.f.Filters() }
 func (k *bloomKey) sizeBytes() int64                 { return int64(k.f.Stats().Bytes) }
 func (k *bloomKey) writeFilter(w io.Writer) error    { _, err := k.f.WriteTo(w); return err }
-func (k *bloomKey) counters() (card, deletes uint64) { return k.card.Load(), 0 }
+func (k *bloomKey) counters() (card, deletes uint64) { return k.card.Load(), k.deletes }
 func (k *bloomKey) expire() int                      { return 0 }
 
-func (k *bloomKey) setCounters(card, _ uint64) error {
+func (k *bloomKey) setCounters(card, deletes uint64) error {
 	k.card.Store(card)
+	k.deletes = deletes
 	return nil
 }
 
