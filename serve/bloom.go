@@ -207,7 +207,7 @@ func (s *Store) Add(name string, items [][]byte, opt AddOptions) (added []bool, 
 		}
 	}
 	for {
-		o, err := s.getOrCreate(name, spec, noCreate)
+		o, err := s.getOrCreate(name, KindBloom, noCreate, func() Spec { return spec })
 		if err != nil {
 			return nil, nil, err
 		}

@@ -227,7 +227,7 @@ func (s *Store) Insert(name string, items [][]byte, opt InsertOptions) (res []In
 		}
 	}
 	for {
-		o, err := s.getOrCreate(name, spec, noCreate)
+		o, err := s.getOrCreate(name, KindCuckoo, noCreate, func() Spec { return spec })
 		if err != nil {
 			return nil, nil, err
 		}

@@ -180,18 +180,20 @@ func errSpecMismatch(k Kind) error {
 	return fmt.Errorf("%w: %s filter does not match its parameters", errBadRecord, k)
 }
 
-// getOrCreate returns the key name, creating it from spec unless noCreate.
-func (s *Store) getOrCreate(name string, spec Spec, noCreate bool) (*object, error) {
-	o, kind := s.lookup(name)
+// getOrCreate returns the key name of kind kind, creating it from spec()
+// unless noCreate. spec is called only to create: a Spec made for every
+// write would cost each one an allocation.
+func (s *Store) getOrCreate(name string, kind Kind, noCreate bool, spec func() Spec) (*object, error) {
+	o, k := s.lookup(name)
 	switch {
-	case kind == spec.Kind():
+	case k == kind:
 		return o, nil
-	case kind != KindNone:
+	case k != KindNone:
 		return nil, ErrWrongType
 	case noCreate:
 		return nil, ErrNotFound
 	}
-	return s.create(name, spec, false)
+	return s.create(name, spec(), false)
 }
 
 // create adds a new key built from spec. If the key exists, create returns
