@@ -75,3 +75,28 @@ func TestDumpRoundTripsWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteAllocs: a write to an existing key allocates only its replies,
+// not the parameters it would create the key with.
+func TestWriteAllocs(t *testing.T) {
+	s, err := Open(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	items := [][]byte{[]byte("a")}
+	if _, _, err := s.Add("bf", items, AddOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Insert("cf", items, InsertOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Held already: Add answers (its replies); nothing is logged.
+	if n := testing.AllocsPerRun(100, func() { s.Add("bf", items, AddOptions{}) }); n > 1 {
+		t.Errorf("Add: %v allocations, want 1", n)
+	}
+	// CF.ADD on a Bloom key: refused before any work.
+	if n := testing.AllocsPerRun(100, func() { s.Insert("bf", items, InsertOptions{}) }); n > 0 {
+		t.Errorf("Insert on a Bloom key: %v allocations, want 0", n)
+	}
+}
