@@ -119,6 +119,7 @@ type object struct {
 	mu   sync.Mutex // serialises writes, the log record and snapshots of this key
 	name string
 	key  keyFilter
+	kd   Kind // key.kind(), read on every lookup without an interface call
 
 	// Under mu:
 	lsn     uint64 // last log record applied
@@ -128,7 +129,7 @@ type object struct {
 	dump    *dumpCache
 }
 
-func (o *object) kind() Kind { return o.key.kind() }
+func (o *object) kind() Kind { return o.kd }
 
 // table is the table side of a table-backed expiring set, nil for any
 // other key.
@@ -141,7 +142,7 @@ func (o *object) table() *expiringTable {
 
 // wrap makes the keyspace entry for key.
 func wrap(name string, key keyFilter) *object {
-	o := &object{name: name, key: key}
+	o := &object{name: name, key: key, kd: key.kind()}
 	o.filters = key.subFilters()
 	o.bytes = key.sizeBytes()
 	return o
