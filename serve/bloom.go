@@ -2,7 +2,10 @@ package serve
 
 import (
 	"errors"
+	"io"
 	"slices"
+	"sync/atomic"
+	"time"
 
 	"github.com/bloomgate/bloomgate/filter"
 )
@@ -79,29 +82,91 @@ func (p BloomParams) predictedBytes() int64 {
 	return int64(sz.Bytes())
 }
 
-func (p BloomParams) build() (*filter.Scalable, error) {
+func (p BloomParams) build(func() time.Time) (keyFilter, error) {
 	exp := min(p.Expansion, maxBloomGrowth)
 	if p.NonScaling {
 		exp = 0 // filter default; never used without growth
 	}
-	return filter.NewScalable(filter.ScalableConfig{
+	f, err := filter.NewScalable(filter.ScalableConfig{
 		InitialCapacity: p.Capacity,
 		FPRate:          p.ErrorRate,
 		Expansion:       exp,
 		NoScale:         p.NonScaling,
 	})
+	if err != nil {
+		return nil, err
+	}
+	return &bloomKey{f: f, p: p}, nil
 }
 
-// reserveBloom creates an empty Bloom key. It fails with ErrExists when
+// bloomKey is a Bloom key (KindBloom): a scalable Bloom filter.
+type bloomKey struct {
+	f    *filter.Scalable
+	p    BloomParams
+	card atomic.Uint64 // adds that were new (BF.CARD)
+	// deletes is the opPut record's deletes field as restored, written back
+	// as read (a Bloom key deletes nothing; a dump round-trips whole).
+	deletes uint64
+}
+
+func decodeBloomKey(rd io.Reader, cfg filter.DecodeConfig, spec Spec, _ func() time.Time) (keyFilter, error) {
+	f, err := filter.DecodeScalable(rd, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &bloomKey{f: f, p: spec.(BloomParams)}, nil
+}
+
+func (k *bloomKey) kind() Kind                       { return KindBloom }
+func (k *bloomKey) spec() Spec                       { return k.p }
+func (k *bloomKey) subFilters() int                  { return k.f.Filters() }
+func (k *bloomKey) sizeBytes() int64                 { return int64(k.f.Stats().Bytes) }
+func (k *bloomKey) writeFilter(w io.Writer) error    { _, err := k.f.WriteTo(w); return err }
+func (k *bloomKey) counters() (card, deletes uint64) { return k.card.Load(), k.deletes }
+func (k *bloomKey) expire() int                      { return 0 }
+
+func (k *bloomKey) setCounters(card, deletes uint64) error {
+	k.card.Store(card)
+	k.deletes = deletes
+	return nil
+}
+
+// mayContain hashes the items and looks them up in one batch
+// (filter.Scalable.MayContainHashMany).
+func (k *bloomKey) mayContain(_ func() time.Time, items [][]byte, out []bool) {
+	hs := make([]uint64, len(items))
+	for i, it := range items {
+		hs[i] = k.f.Hash(it)
+	}
+	k.f.MayContainHashMany(hs, out)
+}
+
+// count is 0: a Bloom key counts no copies (CF.COUNT answers 0, as
+// RedisBloom for a key of another type).
+func (k *bloomKey) count(func() time.Time, []byte) int { return 0 }
+
+// replayHashes adds the hashes of any record (see bloomAddAll).
+func (k *bloomKey) replayHashes(_ byte, hashes []uint64) { k.addAll(hashes) }
+
+func (k *bloomKey) info() Info {
+	st := k.f.Stats()
+	info := BloomInfo{Capacity: st.Capacity, Size: st.Bytes, Filters: k.f.Filters(), Items: k.card.Load()}
+	if !k.p.NonScaling {
+		info.Expansion = k.p.Expansion
+	}
+	return Info{Kind: KindBloom, Bloom: info}
+}
+
+// reserve creates an empty Bloom key (Reserve). It fails with ErrExists when
 // the key exists.
-func (s *Store) reserveBloom(name string, p BloomParams) error {
+func (p BloomParams) reserve(s *Store, name string) error {
 	if err := s.checkWrite(); err != nil {
 		return err
 	}
 	if s.sets[name] != nil {
 		return ErrExists // a set answers BF.* as a Bloom key
 	}
-	_, err := s.create(name, meta{kind: KindBloom, bloom: p.merge(s.cfg.BloomDefaults)}, true)
+	_, err := s.create(name, p.merge(s.cfg.BloomDefaults), true)
 	return err
 }
 
@@ -135,16 +200,20 @@ func (s *Store) Add(name string, items [][]byte, opt AddOptions) (added []bool, 
 	if err := s.checkWrite(); err != nil {
 		return nil, nil, err
 	}
-	m := meta{kind: KindBloom, bloom: create.merge(s.cfg.BloomDefaults)}
+	spec := create.merge(s.cfg.BloomDefaults)
 	if create != (BloomParams{}) {
-		if err := m.check(); err != nil {
+		if err := spec.check(); err != nil {
 			return nil, nil, err // checked even when the key exists, as RedisBloom
 		}
 	}
 	for {
-		o, err := s.getOrCreate(name, m, noCreate)
+		o, err := s.getOrCreate(name, KindBloom, noCreate, func() Spec { return spec })
 		if err != nil {
 			return nil, nil, err
+		}
+		k, ok := o.key.(*bloomKey)
+		if !ok {
+			return nil, nil, ErrWrongType
 		}
 		o.mu.Lock()
 		if o.dead {
@@ -156,29 +225,29 @@ func (s *Store) Add(name string, items [][]byte, opt AddOptions) (added []bool, 
 		var pos int64
 		hs := make([]uint64, len(items))
 		for i, it := range items {
-			hs[i] = o.bf.Hash(it)
+			hs[i] = k.f.Hash(it)
 		}
 		flags := make([]bool, len(hs)) // the lookups' answers, then the replies
-		if hashes := o.bloomCandidates(hs, flags); len(hashes) > 0 {
+		if hashes := k.candidates(hs, flags); len(hashes) > 0 {
 			pos, err = s.commit(o, opAdd, hashes)
 			if err != nil {
 				o.mu.Unlock()
 				return nil, nil, err
 			}
 		}
-		added, stop := o.bloomAdd(hs, flags)
+		added, stop := k.add(hs, flags)
 		s.remeasure(o)
 		o.mu.Unlock()
 		return added, stop, s.waitDurable(pos)
 	}
 }
 
-// bloomCandidates returns the hashes o does not hold yet, each once: the
+// candidates returns the hashes k does not hold yet, each once: the
 // opAdd record for adding them. The lookups go in one batch
 // (filter.Scalable.MayContainHashMany) into held, len(hs) long. Call with
 // o.mu held.
-func (o *object) bloomCandidates(hs []uint64, held []bool) []uint64 {
-	if o.bf.MayContainHashMany(hs, held) == len(hs) {
+func (k *bloomKey) candidates(hs []uint64, held []bool) []uint64 {
+	if k.f.MayContainHashMany(hs, held) == len(hs) {
 		return nil
 	}
 	var hashes []uint64
@@ -211,19 +280,19 @@ func dedupFirst(hs []uint64) []uint64 {
 	return out
 }
 
-// bloomAdd adds the items with hashes hs under o.mu, with the rule replay
-// applies to their opAdd record (applyHashes): an item is added unless o may
+// add adds the items with hashes hs under o.mu, with the rule replay
+// applies to their opAdd record (replayHashes): an item is added unless k may
 // hold it already, so added[i] is what a MayContainHash and then an AddHash
 // for one item after the other would report. The filter takes them in one batch
 // (filter.Scalable.AddAbsentHashes), which fetches the blocks of a group of
 // items before it looks them up. The replies go into buf, len(hs) long.
-func (o *object) bloomAdd(hs []uint64, buf []bool) (added []bool, stop error) {
+func (k *bloomKey) add(hs []uint64, buf []bool) (added []bool, stop error) {
 	added = buf
-	n, err := o.bf.AddAbsentHashes(hs, added)
+	n, err := k.f.AddAbsentHashes(hs, added)
 	added = added[:n]
-	o.countNew(added)
+	k.countNew(added)
 	if err != nil {
-		if errors.Is(err, filter.ErrFull) && o.meta.bloom.NonScaling {
+		if errors.Is(err, filter.ErrFull) && k.p.NonScaling {
 			return added, ErrFull
 		}
 		return added, ErrGrowthLimit
@@ -231,14 +300,14 @@ func (o *object) bloomAdd(hs []uint64, buf []bool) (added []bool, stop error) {
 	return added, nil
 }
 
-// bloomAddAll is bloomAdd for a replayed record: a hash the filter refuses
+// addAll is add for a replayed record: a hash the filter refuses
 // is skipped and the ones after it are still tried, as one item after the
 // other would be.
-func (o *object) bloomAddAll(hs []uint64) {
+func (k *bloomKey) addAll(hs []uint64) {
 	added := make([]bool, len(hs))
 	for len(hs) > 0 {
-		n, err := o.bf.AddAbsentHashes(hs, added)
-		o.countNew(added[:n])
+		n, err := k.f.AddAbsentHashes(hs, added)
+		k.countNew(added[:n])
 		if err == nil {
 			return
 		}
@@ -246,15 +315,15 @@ func (o *object) bloomAddAll(hs []uint64) {
 	}
 }
 
-// countNew adds the items added reports new to o's BF.CARD.
-func (o *object) countNew(added []bool) {
+// countNew adds the items added reports new to k's BF.CARD.
+func (k *bloomKey) countNew(added []bool) {
 	var n uint64
 	for _, a := range added {
 		if a {
 			n++
 		}
 	}
-	o.card.Add(n)
+	k.card.Add(n)
 }
 
 // commit logs a record of hashes for o (under o.mu), before they are
@@ -282,17 +351,8 @@ func (s *Store) MayContain(name string, items [][]byte) (held []bool, kind Kind)
 		return out, KindSet
 	}
 	o, kind := s.lookup(name)
-	switch kind {
-	case KindBloom:
-		hs := make([]uint64, len(items))
-		for i, it := range items {
-			hs[i] = o.bf.Hash(it)
-		}
-		o.bf.MayContainHashMany(hs, out)
-	case KindCuckoo:
-		mayContainMany(o.cf.MayContain, items, out)
-	case KindExpiring:
-		s.expiringMayContain(o, items, out) // never a false "absent"
+	if o != nil {
+		o.key.mayContain(s.cfg.Now, items, out) // an expiring key: never a false "absent"
 	}
 	return out, kind
 }
@@ -313,12 +373,12 @@ func (s *Store) Cardinality(name string) (uint64, error) {
 	if set := s.sets[name]; set != nil {
 		return set.gate.Stats().Filter.Items, nil
 	}
-	o, kind := s.lookup(name)
-	switch kind {
-	case KindNone:
+	o, _ := s.lookup(name)
+	if o == nil {
 		return 0, nil
-	case KindBloom:
-		return o.card.Load(), nil
+	}
+	if k, ok := o.key.(*bloomKey); ok {
+		return k.card.Load(), nil
 	}
 	return 0, ErrWrongType
 }
@@ -334,23 +394,8 @@ type BloomInfo struct {
 	Expansion uint32
 }
 
-// bloomInfo describes the Bloom key name.
-func (s *Store) bloomInfo(name string) (BloomInfo, error) {
-	if set := s.sets[name]; set != nil {
-		st := set.gate.Stats().Filter
-		return BloomInfo{Capacity: st.Capacity, Size: st.Bytes, Filters: 1, Items: st.Items}, nil
-	}
-	o, kind := s.lookup(name)
-	switch kind {
-	case KindNone:
-		return BloomInfo{}, ErrNotFound
-	case KindCuckoo, KindExpiring:
-		return BloomInfo{}, ErrWrongType
-	}
-	st := o.bf.Stats()
-	info := BloomInfo{Capacity: st.Capacity, Size: st.Bytes, Filters: o.bf.Filters(), Items: o.card.Load()}
-	if !o.meta.bloom.NonScaling {
-		info.Expansion = o.meta.bloom.Expansion
-	}
-	return info, nil
+// bloomInfo describes the set's gate's filter as a Bloom key.
+func (t *Set) bloomInfo() BloomInfo {
+	st := t.gate.Stats().Filter
+	return BloomInfo{Capacity: st.Capacity, Size: st.Bytes, Filters: 1, Items: st.Items}
 }

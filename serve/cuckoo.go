@@ -1,6 +1,12 @@
 package serve
 
-import "github.com/bloomgate/bloomgate/filter"
+import (
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/bloomgate/bloomgate/filter"
+)
 
 // CuckooParams are the parameters of a cuckoo key (CF.RESERVE, CF.INSERT).
 // The zero value of a field means its default (Config.CuckooDefaults, whose
@@ -97,9 +103,9 @@ func (p CuckooParams) maxFilters() int {
 // predictedBytes is a generous estimate of the first sub-filter's size.
 func (p CuckooParams) predictedBytes() int64 { return int64(p.Capacity) * 2 }
 
-func (p CuckooParams) build() (*filter.Cuckoo, error) {
+func (p CuckooParams) build(func() time.Time) (keyFilter, error) {
 	b := p.bucketSize()
-	return filter.NewCuckoo(filter.CuckooConfig{
+	f, err := filter.NewCuckoo(filter.CuckooConfig{
 		Capacity: p.Capacity,
 		// RedisBloom's 8-bit fingerprints give about 2b/255.
 		FPRate:     2 * float64(b) / 255,
@@ -107,18 +113,70 @@ func (p CuckooParams) build() (*filter.Cuckoo, error) {
 		MaxKicks:   p.MaxIterations,
 		MaxFilters: p.maxFilters(),
 	})
+	if err != nil {
+		return nil, err
+	}
+	return &cuckooKey{f: f, p: p}, nil
 }
 
-// reserveCuckoo creates an empty cuckoo key. It fails with ErrExists when
+// cuckooKey is a cuckoo key (KindCuckoo).
+type cuckooKey struct {
+	f       *filter.Cuckoo
+	p       CuckooParams
+	card    atomic.Uint64 // fingerprints inserted
+	deletes atomic.Uint64 // successful deletes
+}
+
+func decodeCuckooKey(rd io.Reader, cfg filter.DecodeConfig, spec Spec, _ func() time.Time) (keyFilter, error) {
+	f, err := filter.DecodeCuckoo(rd, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &cuckooKey{f: f, p: spec.(CuckooParams)}, nil
+}
+
+func (k *cuckooKey) kind() Kind                       { return KindCuckoo }
+func (k *cuckooKey) spec() Spec                       { return k.p }
+func (k *cuckooKey) subFilters() int                  { return len(k.f.FingerprintBits()) }
+func (k *cuckooKey) sizeBytes() int64                 { return int64(k.f.Stats().Bytes) }
+func (k *cuckooKey) writeFilter(w io.Writer) error    { _, err := k.f.WriteTo(w); return err }
+func (k *cuckooKey) counters() (card, deletes uint64) { return k.card.Load(), k.deletes.Load() }
+func (k *cuckooKey) expire() int                      { return 0 }
+func (k *cuckooKey) hash(item []byte) uint64          { return filter.Hash(item, k.f.Seed()) }
+
+func (k *cuckooKey) setCounters(card, deletes uint64) error {
+	k.card.Store(card)
+	k.deletes.Store(deletes)
+	return nil
+}
+
+func (k *cuckooKey) mayContain(_ func() time.Time, items [][]byte, out []bool) {
+	mayContainMany(k.f.MayContain, items, out)
+}
+
+func (k *cuckooKey) count(_ func() time.Time, item []byte) int { return k.f.Count(item) }
+
+func (k *cuckooKey) replayHashes(op byte, hashes []uint64) {
+	for _, h := range hashes {
+		switch {
+		case op == opRemove:
+			k.removeHash(h)
+		default:
+			k.addHash(h, op == opAddNX)
+		}
+	}
+}
+
+// reserve creates an empty cuckoo key (Reserve). It fails with ErrExists when
 // the key exists.
-func (s *Store) reserveCuckoo(name string, p CuckooParams) error {
+func (p CuckooParams) reserve(s *Store, name string) error {
 	if err := s.checkWrite(); err != nil {
 		return err
 	}
 	if s.sets[name] != nil {
 		return ErrWrongType // a set answers BF.*, not CF.*
 	}
-	_, err := s.create(name, meta{kind: KindCuckoo, cuckoo: p.merge(s.cfg.CuckooDefaults)}, true)
+	_, err := s.create(name, p.merge(s.cfg.CuckooDefaults), true)
 	return err
 }
 
@@ -162,16 +220,20 @@ func (s *Store) Insert(name string, items [][]byte, opt InsertOptions) (res []In
 	if err := s.checkWrite(); err != nil {
 		return nil, nil, err
 	}
-	m := meta{kind: KindCuckoo, cuckoo: create.merge(s.cfg.CuckooDefaults)}
+	spec := create.merge(s.cfg.CuckooDefaults)
 	if create != (CuckooParams{}) {
-		if err := m.check(); err != nil {
+		if err := spec.check(); err != nil {
 			return nil, nil, err // checked even when the key exists, as RedisBloom
 		}
 	}
 	for {
-		o, err := s.getOrCreate(name, m, noCreate)
+		o, err := s.getOrCreate(name, KindCuckoo, noCreate, func() Spec { return spec })
 		if err != nil {
 			return nil, nil, err
+		}
+		k, ok := o.key.(*cuckooKey)
+		if !ok {
+			return nil, nil, ErrWrongType
 		}
 		o.mu.Lock()
 		if o.dead {
@@ -187,7 +249,7 @@ func (s *Store) Insert(name string, items [][]byte, opt InsertOptions) (res []In
 			op = opAddNX
 		}
 		hashes := make([]uint64, len(items))
-		seed := o.cf.Seed()
+		seed := k.f.Seed()
 		for i, it := range items {
 			hashes[i] = filter.Hash(it, seed)
 		}
@@ -196,20 +258,20 @@ func (s *Store) Insert(name string, items [][]byte, opt InsertOptions) (res []In
 			o.mu.Unlock()
 			return nil, nil, err
 		}
-		res, full := o.cuckooAdd(hashes, nx)
+		res, full := k.add(hashes, nx)
 		s.remeasure(o)
 		o.mu.Unlock()
 		return res, full, s.waitDurable(pos)
 	}
 }
 
-func (o *object) cuckooAdd(hashes []uint64, nx bool) (res []InsertResult, full error) {
+func (k *cuckooKey) add(hashes []uint64, nx bool) (res []InsertResult, full error) {
 	res = make([]InsertResult, len(hashes))
 	for i, h := range hashes {
-		res[i] = o.cuckooAddHash(h, nx)
+		res[i] = k.addHash(h, nx)
 		if res[i] == InsertNoRoom {
 			full = ErrFull
-			if o.meta.cuckoo.maxFilters() > 1 {
+			if k.p.maxFilters() > 1 {
 				full = ErrGrowthLimit
 			}
 		}
@@ -217,32 +279,32 @@ func (o *object) cuckooAdd(hashes []uint64, nx bool) (res []InsertResult, full e
 	return res, full
 }
 
-// cuckooAddHash inserts h (with nx, only if o may not hold it) and says
+// addHash inserts h (with nx, only if k may not hold it) and says
 // what it did.
 //
 // A filter that may not grow holds at most as many items as RedisBloom's
 // table for the same parameters has slots (redisBloomSlots), though its own
 // table is sized differently (see docs/serve.md).
-func (o *object) cuckooAddHash(h uint64, nx bool) InsertResult {
-	if nx && o.cf.MayContainHash(h) {
+func (k *cuckooKey) addHash(h uint64, nx bool) InsertResult {
+	if nx && k.f.MayContainHash(h) {
 		return InsertSkipped
 	}
-	if p := o.meta.cuckoo; p.maxFilters() == 1 && o.card.Load()-o.deletes.Load() >= p.redisBloomSlots() {
+	if p := k.p; p.maxFilters() == 1 && k.card.Load()-k.deletes.Load() >= p.redisBloomSlots() {
 		return InsertNoRoom
 	}
-	if o.cf.AddHash(h) != nil {
+	if k.f.AddHash(h) != nil {
 		return InsertNoRoom
 	}
-	o.card.Add(1)
+	k.card.Add(1)
 	return Inserted
 }
 
-// cuckooRemoveHash removes one copy of h and reports whether it did.
-func (o *object) cuckooRemoveHash(h uint64) bool {
-	if o.cf.RemoveHash(h) != nil {
+// removeHash removes one copy of h and reports whether it did.
+func (k *cuckooKey) removeHash(h uint64) bool {
+	if k.f.RemoveHash(h) != nil {
 		return false
 	}
-	o.deletes.Add(1)
+	k.deletes.Add(1)
 	return true
 }
 
@@ -258,15 +320,8 @@ func (s *Store) Count(name string, item []byte) int {
 		}
 		return 0
 	}
-	switch o, kind := s.lookup(name); kind {
-	case KindCuckoo:
-		return o.cf.Count(item)
-	case KindExpiring:
-		out := make([]bool, 1)
-		s.expiringMayContain(o, [][]byte{item}, out)
-		if out[0] {
-			return 1
-		}
+	if o, _ := s.lookup(name); o != nil {
+		return o.key.count(s.cfg.Now, item)
 	}
 	return 0
 }
@@ -287,11 +342,12 @@ func (s *Store) Remove(name string, item []byte) (bool, error) {
 		return false, ErrClosed
 	}
 	for {
-		o, kind := s.lookup(name)
-		switch kind {
-		case KindNone:
+		o, _ := s.lookup(name)
+		if o == nil {
 			return false, ErrNotFound
-		case KindBloom, KindExpiring:
+		}
+		k, ok := o.key.(*cuckooKey)
+		if !ok {
 			return false, ErrWrongType
 		}
 		o.mu.Lock()
@@ -299,8 +355,8 @@ func (s *Store) Remove(name string, item []byte) (bool, error) {
 			o.mu.Unlock()
 			continue
 		}
-		h := filter.Hash(item, o.cf.Seed())
-		if !o.cf.MayContainHash(h) {
+		h := k.hash(item)
+		if !k.f.MayContainHash(h) {
 			o.mu.Unlock()
 			return false, nil // nothing to remove, nothing to log
 		}
@@ -309,7 +365,7 @@ func (s *Store) Remove(name string, item []byte) (bool, error) {
 			o.mu.Unlock()
 			return false, err
 		}
-		ok := o.cuckooRemoveHash(h)
+		ok = k.removeHash(h)
 		o.mu.Unlock()
 		if err := s.waitDurable(pos); err != nil {
 			return false, err
@@ -331,23 +387,12 @@ type CuckooInfo struct {
 	MaxIterations int
 }
 
-// cuckooInfo describes the cuckoo key name.
-func (s *Store) cuckooInfo(name string) (CuckooInfo, error) {
-	if s.sets[name] != nil {
-		return CuckooInfo{}, ErrWrongType
-	}
-	o, kind := s.lookup(name)
-	switch kind {
-	case KindNone:
-		return CuckooInfo{}, ErrNotFound
-	case KindBloom, KindExpiring:
-		return CuckooInfo{}, ErrWrongType
-	}
-	st := o.cf.Stats()
-	b := o.cf.BucketSize()
+func (k *cuckooKey) info() Info {
+	st := k.f.Stats()
+	b := k.f.BucketSize()
 	// Sub-filter i has about 2^i times the buckets of the first; its slots
 	// are FingerprintBits()[i] wide. Exact for one sub-filter.
-	fps := o.cf.FingerprintBits()
+	fps := k.f.FingerprintBits()
 	var weighted uint64
 	for i, f := range fps {
 		weighted += uint64(f) << i
@@ -357,15 +402,15 @@ func (s *Store) cuckooInfo(name string) (CuckooInfo, error) {
 		first := st.Bits / (uint64(b) * weighted)
 		buckets = first * ((1 << len(fps)) - 1)
 	}
-	return CuckooInfo{
+	return Info{Kind: KindCuckoo, Cuckoo: CuckooInfo{
 		Capacity:      st.Capacity,
 		Size:          st.Bytes,
 		Buckets:       buckets,
 		Filters:       len(fps),
-		Inserted:      o.card.Load() - o.deletes.Load(),
-		Deleted:       o.deletes.Load(),
+		Inserted:      k.card.Load() - k.deletes.Load(),
+		Deleted:       k.deletes.Load(),
 		BucketSize:    b,
-		Expansion:     o.meta.cuckoo.Expansion,
-		MaxIterations: o.meta.cuckoo.MaxIterations,
-	}, nil
+		Expansion:     k.p.Expansion,
+		MaxIterations: k.p.MaxIterations,
+	}}
 }

@@ -15,6 +15,7 @@
 //     fsync policy like Redis' appendfsync (see Fsync), and snapshots of the
 //     whole keyspace are written atomically, periodically and on Close, after
 //     which the log is compacted. Open loads the snapshot and replays the log.
+//     Each kind is one type behind one interface (objects.go).
 //   - Table-backed sets, declared in Config.Sets: a bloomgate.Gate each, built
 //     from a table (PostgreSQL or SQLite) and kept fresh by the gate. Their
 //     filters are rebuilt from the table at start, not stored on disk. A set

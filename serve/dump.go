@@ -98,7 +98,7 @@ func (s *Store) startLoad(name string, kind Kind, total uint64) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if o := s.keys[name]; o != nil && o.kind != kind {
+	if o := s.keys[name]; o != nil && o.kind() != kind {
 		return ErrWrongType
 	}
 	if s.keys[name] != nil || s.loads[name] != nil {
@@ -113,7 +113,7 @@ func (s *Store) startLoad(name string, kind Kind, total uint64) error {
 
 func (s *Store) finishLoad(name string, kind Kind, payload []byte) error {
 	r, err := decodePayload(payload)
-	if err != nil || r.op != opPut || r.meta.kind != kind {
+	if err != nil || r.op != opPut || r.spec.Kind() != kind {
 		return ErrBadData
 	}
 	r.name = name

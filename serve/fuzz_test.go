@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // seedFiles returns a log segment and a snapshot written by fill.
@@ -62,7 +63,7 @@ func FuzzReadSnapshot(f *testing.F) {
 		_, objs, err := readSnapshot(bytes.NewReader(data), int64(len(data)), 1<<20, nil)
 		if err == nil {
 			for _, o := range objs {
-				o.hash([]byte("x"))
+				o.key.mayContain(time.Now, [][]byte{[]byte("x")}, make([]bool, 1))
 			}
 		}
 	})
@@ -71,7 +72,7 @@ func FuzzReadSnapshot(f *testing.F) {
 // FuzzDecodePayload covers the record payload decoder on its own, as
 // LOADCHUNK feeds it client bytes.
 func FuzzDecodePayload(f *testing.F) {
-	f.Add((&record{op: opCreate, name: "k", meta: meta{kind: KindBloom, bloom: BloomParams{Capacity: 10, ErrorRate: 0.01, Expansion: 2}}}).appendPayload(nil))
+	f.Add((&record{op: opCreate, name: "k", spec: BloomParams{Capacity: 10, ErrorRate: 0.01, Expansion: 2}}).appendPayload(nil))
 	f.Add((&record{op: opAdd, name: "k", hashes: []uint64{1, 2}}).appendPayload(nil))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := decodePayload(data)

@@ -9,7 +9,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/bloomgate/bloomgate/filter"
 	"github.com/bloomgate/bloomgate/internal/crc32c"
 )
 
@@ -69,7 +68,7 @@ type record struct {
 	lsn    uint64
 	op     byte
 	name   string
-	meta   meta
+	spec   Spec // opCreate, opPut
 	hashes []uint64
 	// opPut
 	card, deletes uint64
@@ -97,14 +96,14 @@ func (r *record) appendPayload(b []byte) []byte {
 	b = append(b, r.name...)
 	switch r.op {
 	case opCreate:
-		b = appendMeta(b, r.meta)
+		b = appendMeta(b, r.spec)
 	case opAdd, opAddNX, opRemove:
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(r.hashes)))
 		for _, h := range r.hashes {
 			b = binary.LittleEndian.AppendUint64(b, h)
 		}
 	case opPut:
-		b = appendMeta(b, r.meta)
+		b = appendMeta(b, r.spec)
 		b = binary.LittleEndian.AppendUint64(b, r.card)
 		b = binary.LittleEndian.AppendUint64(b, r.deletes)
 		b = append(b, r.filter...)
@@ -114,22 +113,24 @@ func (r *record) appendPayload(b []byte) []byte {
 	return b
 }
 
-func appendMeta(b []byte, m meta) []byte {
-	b = append(b, byte(m.kind))
-	if m.kind == KindExpiring {
-		return appendExpiringMeta(b, m.expiry)
-	}
-	if m.kind == KindBloom {
-		b = binary.LittleEndian.AppendUint64(b, m.bloom.Capacity)
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(m.bloom.ErrorRate))
-		b = binary.LittleEndian.AppendUint32(b, m.bloom.Expansion)
-		return append(b, boolByte(m.bloom.NonScaling))
-	}
-	b = binary.LittleEndian.AppendUint64(b, m.cuckoo.Capacity)
-	b = binary.LittleEndian.AppendUint32(b, uint32(m.cuckoo.BucketSize))
-	b = binary.LittleEndian.AppendUint32(b, uint32(m.cuckoo.MaxIterations))
-	b = binary.LittleEndian.AppendUint32(b, uint32(m.cuckoo.Expansion))
-	return append(b, boolByte(m.cuckoo.NoExpansion))
+// appendMeta appends a key's meta: its kind's tag, then its parameters.
+func appendMeta(b []byte, spec Spec) []byte {
+	return spec.appendMeta(append(b, byte(spec.Kind())))
+}
+
+func (p BloomParams) appendMeta(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint64(b, p.Capacity)
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.ErrorRate))
+	b = binary.LittleEndian.AppendUint32(b, p.Expansion)
+	return append(b, boolByte(p.NonScaling))
+}
+
+func (p CuckooParams) appendMeta(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint64(b, p.Capacity)
+	b = binary.LittleEndian.AppendUint32(b, uint32(p.BucketSize))
+	b = binary.LittleEndian.AppendUint32(b, uint32(p.MaxIterations))
+	b = binary.LittleEndian.AppendUint32(b, uint32(p.Expansion))
+	return append(b, boolByte(p.NoExpansion))
 }
 
 func boolByte(v bool) byte {
@@ -184,7 +185,7 @@ func decodePayload(b []byte) (*record, error) {
 	r.name = string(d.take(uint64(d.u32())))
 	switch r.op {
 	case opCreate:
-		r.meta = d.meta()
+		r.spec = d.meta()
 	case opAdd, opAddNX, opRemove:
 		n := uint64(d.u32())
 		if n > uint64(len(d.b))/8 {
@@ -196,7 +197,7 @@ func decodePayload(b []byte) (*record, error) {
 		}
 	case opDel:
 	case opPut:
-		r.meta = d.meta()
+		r.spec = d.meta()
 		r.card = d.u64()
 		r.deletes = d.u64()
 		r.filter = d.b
@@ -215,36 +216,43 @@ func decodePayload(b []byte) (*record, error) {
 		return nil, fmt.Errorf("%w: %d trailing bytes", errBadRecord, len(d.b))
 	}
 	if r.op == opCreate || r.op == opPut {
-		if err := r.meta.check(); err != nil {
+		if err := r.spec.check(); err != nil {
 			return nil, fmt.Errorf("%w: %v", errBadRecord, err)
 		}
 	}
 	return r, nil
 }
 
-func (d *decoder) meta() meta {
-	m := meta{kind: Kind(d.u8())}
-	switch m.kind {
-	case KindBloom:
-		m.bloom.Capacity = d.u64()
-		m.bloom.ErrorRate = math.Float64frombits(d.u64())
-		m.bloom.Expansion = d.u32()
-		m.bloom.NonScaling = d.u8() != 0
-		if !m.bloom.NonScaling && m.bloom.Expansion == 0 {
-			d.bad = true
-		}
-	case KindCuckoo:
-		m.cuckoo.Capacity = d.u64()
-		m.cuckoo.BucketSize = int(d.u32())
-		m.cuckoo.MaxIterations = int(d.u32())
-		m.cuckoo.Expansion = int(d.u32())
-		m.cuckoo.NoExpansion = d.u8() != 0
-	case KindExpiring:
-		m.expiry = d.expiringMeta()
-	default:
+// meta reads a key's meta; nil (and d.bad) for a tag no stored kind has.
+func (d *decoder) meta() Spec {
+	kk := Kind(d.u8()).stored()
+	if kk == nil {
+		d.bad = true
+		return nil
+	}
+	return kk.decodeSpec(d)
+}
+
+func decodeBloomSpec(d *decoder) Spec {
+	var p BloomParams
+	p.Capacity = d.u64()
+	p.ErrorRate = math.Float64frombits(d.u64())
+	p.Expansion = d.u32()
+	p.NonScaling = d.u8() != 0
+	if !p.NonScaling && p.Expansion == 0 {
 		d.bad = true
 	}
-	return m
+	return p
+}
+
+func decodeCuckooSpec(d *decoder) Spec {
+	var p CuckooParams
+	p.Capacity = d.u64()
+	p.BucketSize = int(d.u32())
+	p.MaxIterations = int(d.u32())
+	p.Expansion = int(d.u32())
+	p.NoExpansion = d.u8() != 0
+	return p
 }
 
 // encodeFilter returns o's filter in its binary format. Call with o.mu held.
@@ -255,18 +263,7 @@ func (o *object) encodeFilter() ([]byte, error) {
 }
 
 // writeFilter writes o's filter in its binary format. Call with o.mu held.
-func (o *object) writeFilter(w io.Writer) error {
-	var err error
-	switch {
-	case o.wf != nil:
-		_, err = o.wf.WriteTo(w)
-	case o.bf != nil:
-		_, err = o.bf.WriteTo(w)
-	default:
-		_, err = o.cf.WriteTo(w)
-	}
-	return err
-}
+func (o *object) writeFilter(w io.Writer) error { return o.key.writeFilter(w) }
 
 // putRecord returns a record that recreates o as it is. Call with o.mu held.
 func (o *object) putRecord() (*record, error) {
@@ -281,11 +278,8 @@ func (o *object) putRecord() (*record, error) {
 
 // putHead returns o's opPut record without its filter. Call with o.mu held.
 func (o *object) putHead() *record {
-	r := &record{lsn: o.lsn, op: opPut, name: o.name, meta: o.meta,
-		card: o.card.Load(), deletes: o.deletes.Load()}
-	if o.wf != nil {
-		r.deletes = uint64(o.failOpenUntil.Load())
-	}
+	r := &record{lsn: o.lsn, op: opPut, name: o.name, spec: o.key.spec()}
+	r.card, r.deletes = o.key.counters()
 	return r
 }
 
@@ -293,43 +287,9 @@ func (o *object) putHead() *record {
 // key's clock.
 func objectFromPut(r *record, maxBytes int64, now func() time.Time) (*object, error) {
 	rd := bytes.NewReader(r.filter)
-	o, err := objectFromPutReader(r, rd, maxBytes, now)
+	o, err := decodeKey(r, rd, maxBytes, now)
 	if err == nil && rd.Len() != 0 {
 		return nil, fmt.Errorf("%w: %d bytes after the filter", errBadRecord, rd.Len())
 	}
 	return o, err
-}
-
-// objectFromPutReader decodes the filter of the opPut record r from rd.
-func objectFromPutReader(r *record, rd io.Reader, maxBytes int64, now func() time.Time) (*object, error) {
-	cfg := filter.DecodeConfig{MaxBytes: uint64(maxBytes)}
-	var o *object
-	switch r.meta.kind {
-	case KindExpiring:
-		wf, err := filter.DecodeWindowed(rd, cfg, now)
-		if err != nil {
-			return nil, err
-		}
-		if o, err = expiringFrom(r, wf); err != nil {
-			return nil, err
-		}
-	case KindBloom:
-		bf, err := filter.DecodeScalable(rd, cfg)
-		if err != nil {
-			return nil, err
-		}
-		o = objectFrom(r.name, r.meta, bf, nil)
-	case KindCuckoo:
-		cf, err := filter.DecodeCuckoo(rd, cfg)
-		if err != nil {
-			return nil, err
-		}
-		o = objectFrom(r.name, r.meta, nil, cf)
-	default:
-		return nil, errBadRecord
-	}
-	o.card.Store(r.card)
-	o.deletes.Store(r.deletes)
-	o.lsn = r.lsn
-	return o, nil
 }

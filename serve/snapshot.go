@@ -146,7 +146,7 @@ func writeSnapshot(w io.Writer, nextLSN uint64, objs []*object) error {
 func (o *object) writeEntry(w io.Writer, buf []byte) ([]byte, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.dead || o.table != nil { // a table-backed set is rebuilt from its table
+	if o.dead || o.table() != nil { // a table-backed set is rebuilt from its table
 		return buf, nil
 	}
 	r := o.putHead()
@@ -223,7 +223,7 @@ func readSnapshot(r io.Reader, size, maxFilter int64, now func() time.Time) (uin
 		}
 		// The filter is decoded straight from the file, not from a copy.
 		lr := &io.LimitedReader{R: cr, N: int64(rest)}
-		o, err := objectFromPutReader(rec, lr, maxFilter, now)
+		o, err := decodeKey(rec, lr, maxFilter, now)
 		if err != nil {
 			return fail("key %q: %v", rec.name, err)
 		}
@@ -258,11 +258,8 @@ const (
 // metaLen is the bytes of a meta after its kind byte (see appendMeta), or -1
 // for an unknown kind.
 func metaLen(k Kind) int {
-	switch k {
-	case KindBloom, KindCuckoo:
-		return 21
-	case KindExpiring:
-		return 1 + 8 + 8 + 8 + 4
+	if kk := k.stored(); kk != nil {
+		return kk.metaLen
 	}
 	return -1
 }
@@ -502,7 +499,7 @@ func (s *Store) apply(r *record) error {
 		if o != nil {
 			return nil
 		}
-		o, err := newObject(r.name, r.meta, s.cfg.Now)
+		o, err := newObject(r.name, r.spec, s.cfg.Now)
 		if err != nil {
 			return fmt.Errorf("serve: replay create %q: %w", r.name, err)
 		}
@@ -525,37 +522,23 @@ func (s *Store) apply(r *record) error {
 			s.used.Add(-o.bytes)
 		}
 	case opXAdd:
-		if o == nil || o.wf == nil {
+		if o == nil {
 			return nil
 		}
-		s.replayXAdd(o, r)
+		k, ok := o.key.(*expiringKey)
+		if !ok {
+			return nil
+		}
+		s.replayXAdd(o, k, r)
 		o.lsn = r.lsn
 		s.remeasure(o)
 	case opAdd, opAddNX, opRemove:
 		if o == nil {
 			return nil
 		}
-		o.applyHashes(r.op, r.hashes)
+		o.key.replayHashes(r.op, r.hashes)
 		o.lsn = r.lsn
 		s.remeasure(o)
 	}
 	return nil
-}
-
-// applyHashes applies an opAdd, opAddNX or opRemove record's hashes with
-// the rules the commands use (see record.go). Call with o.mu held, or during
-// replay.
-func (o *object) applyHashes(op byte, hashes []uint64) {
-	if o.bf != nil {
-		o.bloomAddAll(hashes)
-		return
-	}
-	for _, h := range hashes {
-		switch {
-		case op == opRemove:
-			o.cuckooRemoveHash(h)
-		default:
-			o.cuckooAddHash(h, op == opAddNX)
-		}
-	}
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/bloomgate/bloomgate/changefeed"
-	"github.com/bloomgate/bloomgate/filter"
 )
 
 // Fsync is the log's fsync policy, as Redis' appendfsync.
@@ -116,76 +115,6 @@ type Store struct {
 	closeMu sync.Mutex
 	runCtx  context.Context
 	cancel  context.CancelFunc
-}
-
-// Kind is the kind of a key.
-type Kind uint8
-
-// Key kinds.
-const (
-	KindNone   Kind = 0
-	KindBloom  Kind = 1 // a scalable Bloom filter (BF.*)
-	KindCuckoo Kind = 2 // a cuckoo filter (CF.*)
-	KindSet    Kind = 3 // a table-backed set
-	// KindExpiring is a filter whose items expire (BG.X*, filter.Windowed).
-	KindExpiring Kind = 4
-)
-
-func (k Kind) String() string {
-	switch k {
-	case KindBloom:
-		return "bloom"
-	case KindCuckoo:
-		return "cuckoo"
-	case KindSet:
-		return "set"
-	case KindExpiring:
-		return "expiring"
-	}
-	return "none"
-}
-
-// Family returns the filter family a key of kind k holds: filter.Scalable
-// for KindBloom (a set reports its own, Set.Family), filter.Cuckoo for
-// KindCuckoo, filter.Windowed for KindExpiring; nil for KindNone and KindSet.
-func (k Kind) Family() *filter.Family {
-	switch k {
-	case KindBloom:
-		return filter.FamilyScalable
-	case KindCuckoo:
-		return filter.FamilyCuckoo
-	case KindExpiring:
-		return filter.FamilyWindowed
-	}
-	return nil
-}
-
-// object is one standalone filter.
-type object struct {
-	mu   sync.Mutex // serialises writes, the log record and snapshots of this key
-	name string
-	kind Kind
-	meta meta
-	bf   *filter.Scalable
-	cf   *filter.Cuckoo
-	wf   *filter.Windowed // KindExpiring
-
-	// failOpenUntil (Unix ns) makes an expiring key answer "present" to
-	// every lookup until then: set when replay could not hold an item.
-	failOpenUntil atomic.Int64
-	// table is set for a table-backed expiring set: not logged, not
-	// snapshotted, not deletable.
-	table *expiringTable
-
-	card    atomic.Uint64 // BF: adds that were new; CF: fingerprints inserted
-	deletes atomic.Uint64 // CF: successful deletes
-
-	// Under mu:
-	lsn     uint64 // last log record applied
-	bytes   int64  // bytes accounted in Store.used
-	filters int    // sub-filters when bytes was measured
-	dead    bool   // removed from the keyspace; retry the lookup
-	dump    *dumpCache
 }
 
 // ErrDataDirLocked reports a DataDir that another process (or Store) holds.
@@ -414,7 +343,7 @@ func (s *Store) lookup(name string) (*object, Kind) {
 	if o == nil {
 		return nil, KindNone
 	}
-	return o, o.kind
+	return o, o.kind()
 }
 
 // Type returns the kind of the key name (KindNone when it does not exist).
@@ -560,44 +489,14 @@ func (s *Store) waitDurable(pos int64) error {
 // remeasure updates the accounted size of o after a write that may have
 // grown it. Call with o.mu held.
 func (s *Store) remeasure(o *object) {
-	n := o.subFilters()
+	n := o.key.subFilters()
 	if n == o.filters {
 		return
 	}
 	o.filters = n
-	b := o.sizeBytes()
+	b := o.key.sizeBytes()
 	s.used.Add(b - o.bytes)
 	o.bytes = b
-}
-
-func (o *object) subFilters() int {
-	if o.wf != nil {
-		return o.wf.Live()
-	}
-	if o.bf != nil {
-		return o.bf.Filters()
-	}
-	return len(o.cf.FingerprintBits())
-}
-
-func (o *object) sizeBytes() int64 {
-	if o.wf != nil {
-		return int64(o.wf.Bytes())
-	}
-	if o.bf != nil {
-		return int64(o.bf.Stats().Bytes)
-	}
-	return int64(o.cf.Stats().Bytes)
-}
-
-func (o *object) hash(item []byte) uint64 {
-	if o.wf != nil {
-		return o.wf.Hash(item)
-	}
-	if o.bf != nil {
-		return o.bf.Hash(item)
-	}
-	return filter.Hash(item, o.cf.Seed())
 }
 
 // Sets returns the table-backed sets, sorted by name.

@@ -1,10 +1,18 @@
 package serve
 
+import "time"
+
 // Spec is the parameters of a new key: BloomParams, CuckooParams or
 // ExpiringParams. Its kind is the kind of key Reserve creates.
 type Spec interface {
 	Kind() Kind
-	isSpec()
+
+	// The kind's part of creating a key (the interface is sealed).
+	check() error
+	predictedBytes() int64
+	build(now func() time.Time) (keyFilter, error)
+	appendMeta(b []byte) []byte // see record.go
+	reserve(s *Store, name string) error
 }
 
 var (
@@ -22,25 +30,16 @@ func (CuckooParams) Kind() Kind { return KindCuckoo }
 // Kind returns KindExpiring.
 func (ExpiringParams) Kind() Kind { return KindExpiring }
 
-func (BloomParams) isSpec()    {}
-func (CuckooParams) isSpec()   {}
-func (ExpiringParams) isSpec() {}
-
 // Reserve creates the empty key name of spec's kind, with spec's parameters
 // (zero fields: the defaults). It fails with ErrExists when the key exists
 // (ErrWrongType when a table-backed set of that name answers only as a Bloom
 // filter and spec is a cuckoo filter's), with a bad-argument error for a
 // parameter out of range, and with ErrOOM past Config.MaxMemory.
 func (s *Store) Reserve(name string, spec Spec) error {
-	switch p := spec.(type) {
-	case BloomParams:
-		return s.reserveBloom(name, p)
-	case CuckooParams:
-		return s.reserveCuckoo(name, p)
-	case ExpiringParams:
-		return s.reserveExpiring(name, p)
+	if spec == nil {
+		return ErrWrongType
 	}
-	return ErrWrongType // unreachable: Spec is sealed
+	return spec.reserve(s, name)
 }
 
 // Info describes a key. Kind says which of the other fields is set: Bloom
@@ -53,19 +52,20 @@ type Info struct {
 	Expiring ExpiringInfo
 }
 
-// Info describes the key name (ErrNotFound when it does not exist).
+// Info describes the key name (ErrNotFound when it does not exist). An
+// expiring key first drops the generations that ended.
 func (s *Store) Info(name string) (Info, error) {
-	var info Info
-	var err error
-	switch info.Kind = s.Type(name); info.Kind {
-	case KindBloom, KindSet:
-		info.Bloom, err = s.bloomInfo(name)
-	case KindCuckoo:
-		info.Cuckoo, err = s.cuckooInfo(name)
-	case KindExpiring:
-		info.Expiring, err = s.expiringInfo(name)
-	default:
-		err = ErrNotFound
+	if set := s.sets[name]; set != nil {
+		return Info{Kind: KindSet, Bloom: set.bloomInfo()}, nil
 	}
-	return info, err
+	o, _ := s.lookup(name)
+	if o == nil {
+		return Info{}, ErrNotFound
+	}
+	o.mu.Lock()
+	if !o.dead {
+		s.expireObject(o)
+	}
+	o.mu.Unlock()
+	return o.key.info(), nil
 }

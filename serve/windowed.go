@@ -2,7 +2,9 @@ package serve
 
 import (
 	"fmt"
+	"io"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/bloomgate/bloomgate/filter"
@@ -104,32 +106,119 @@ func (p ExpiringParams) predictedBytes() int64 {
 	return n
 }
 
-func (p ExpiringParams) build(now func() time.Time) (*filter.Windowed, error) {
-	return filter.NewWindowed(filter.WindowedConfig{
+func (p ExpiringParams) build(now func() time.Time) (keyFilter, error) {
+	f, err := filter.NewWindowed(filter.WindowedConfig{
 		MaxTTL:      p.MaxTTL,
 		Generations: p.Generations,
 		Capacity:    p.generationCapacity(),
 		FPRate:      p.ErrorRate,
 		Now:         now,
 	})
+	if err != nil {
+		return nil, err
+	}
+	return &expiringKey{wf: f, p: p}, nil
 }
 
-// expiringFrom wraps the decoded filter of the opPut record r, checking that
-// it matches r's parameters.
-func expiringFrom(r *record, wf *filter.Windowed) (*object, error) {
-	p := r.meta.expiry
+// expiringKey is an expiring key (KindExpiring): a filter.Windowed.
+type expiringKey struct {
+	wf   *filter.Windowed
+	p    ExpiringParams
+	card atomic.Uint64 // adds held, duplicates counted
+	// failOpenUntil (Unix ns) makes the key answer "present" to every
+	// lookup until then: set when replay could not hold an item. It is
+	// the deletes field of the key's opPut record.
+	failOpenUntil atomic.Int64
+	// table is set for a table-backed expiring set: not logged, not
+	// snapshotted, not deletable.
+	table *expiringTable
+}
+
+// decodeExpiringKey decodes the filter of an opPut record, checking that
+// it matches the record's parameters.
+func decodeExpiringKey(rd io.Reader, cfg filter.DecodeConfig, spec Spec, now func() time.Time) (keyFilter, error) {
+	wf, err := filter.DecodeWindowed(rd, cfg, now)
+	if err != nil {
+		return nil, err
+	}
+	p := spec.(ExpiringParams)
 	if wf.MaxTTL() != p.MaxTTL || wf.Generations() != p.Generations ||
 		wf.FPRate() != p.ErrorRate || wf.GenerationSizing().Capacity != p.generationCapacity() {
-		return nil, fmt.Errorf("%w: expiring filter does not match its parameters", errBadRecord)
+		return nil, errSpecMismatch(KindExpiring)
 	}
-	if r.deletes > math.MaxInt64 {
-		return nil, fmt.Errorf("%w: fail-open time %d", errBadRecord, r.deletes)
+	return &expiringKey{wf: wf, p: p}, nil
+}
+
+func (k *expiringKey) kind() Kind                    { return KindExpiring }
+func (k *expiringKey) spec() Spec                    { return k.p }
+func (k *expiringKey) subFilters() int               { return k.wf.Live() }
+func (k *expiringKey) sizeBytes() int64              { return int64(k.wf.Bytes()) }
+func (k *expiringKey) writeFilter(w io.Writer) error { _, err := k.wf.WriteTo(w); return err }
+
+func (k *expiringKey) counters() (card, deletes uint64) {
+	return k.card.Load(), uint64(k.failOpenUntil.Load())
+}
+
+func (k *expiringKey) setCounters(card, failOpenUntil uint64) error {
+	if failOpenUntil > math.MaxInt64 {
+		return fmt.Errorf("%w: fail-open time %d", errBadRecord, failOpenUntil)
 	}
-	o := &object{name: r.name, kind: KindExpiring, meta: r.meta, wf: wf}
-	o.failOpenUntil.Store(int64(r.deletes))
-	o.filters = o.subFilters()
-	o.bytes = o.sizeBytes()
-	return o, nil
+	k.card.Store(card)
+	k.failOpenUntil.Store(int64(failOpenUntil))
+	return nil
+}
+
+// replayHashes ignores the records of the other kinds' commands (an
+// expiring key's adds are opXAdd records, replayXAdd).
+func (k *expiringKey) replayHashes(byte, []uint64) {}
+
+// expire drops the generations that ended. Nothing is logged: which
+// generations ended follows from the clock, and replay re-derives it.
+func (k *expiringKey) expire() int {
+	n, err := k.wf.Expire()
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// mayContain answers lookups; it never locks, and answers present to every
+// lookup while the key fails open (failOpenUntil) or, for a table-backed
+// set following a feed, while the set is not fresh.
+func (k *expiringKey) mayContain(now func() time.Time, items [][]byte, out []bool) {
+	t := now().UnixNano()
+	if until := k.failOpenUntil.Load(); until != 0 && until >= t || k.table != nil && k.table.follow != nil && t > k.table.follow.freshUntil.Load() {
+		for i := range out {
+			out[i] = true
+		}
+		return
+	}
+	mayContainMany(k.wf.MayContain, items, out)
+}
+
+// count is 1 when the item may be present, else 0.
+func (k *expiringKey) count(now func() time.Time, item []byte) int {
+	out := make([]bool, 1)
+	k.mayContain(now, [][]byte{item}, out)
+	if out[0] {
+		return 1
+	}
+	return 0
+}
+
+func (k *expiringKey) info() Info {
+	info := ExpiringInfo{
+		Params:             k.p,
+		GenerationCapacity: k.wf.GenerationSizing().Capacity,
+		Generations:        k.wf.Live(),
+		Items:              k.wf.Items(),
+		Size:               k.wf.Bytes(),
+		MaxSize:            uint64(k.p.Generations) * k.wf.GenerationSizing().Bytes(),
+	}
+	if ends := k.wf.GenerationEnds(); len(ends) > 0 {
+		info.NextExpiry = ends[0]
+	}
+	return Info{Kind: KindExpiring, Expiring: info}
 }
 
 // Errors of the expiring commands.
@@ -147,10 +236,10 @@ var (
 // Now reads the Store's clock (Config.Now).
 func (s *Store) Now() time.Time { return s.cfg.Now() }
 
-// reserveExpiring creates an empty expiring key. It fails with ErrExists
+// reserve creates an empty expiring key (Reserve). It fails with ErrExists
 // when the key exists, and with ErrTooLargeFilter when Generations
 // generations would exceed Config.MaxFilterBytes.
-func (s *Store) reserveExpiring(name string, p ExpiringParams) error {
+func (p ExpiringParams) reserve(s *Store, name string) error {
 	if err := s.checkWrite(); err != nil {
 		return err
 	}
@@ -168,23 +257,24 @@ func (s *Store) reserveExpiring(name string, p ExpiringParams) error {
 	if gen > s.cfg.MaxFilterBytes/int64(p.Generations) {
 		return ErrTooLargeFilter
 	}
-	_, err = s.create(name, meta{kind: KindExpiring, expiry: p}, true)
+	_, err = s.create(name, p, true)
 	return err
 }
 
 // expiring returns the expiring key name (ErrNotFound, ErrWrongType).
-func (s *Store) expiring(name string) (*object, error) {
+func (s *Store) expiring(name string) (*object, *expiringKey, error) {
 	if s.sets[name] != nil {
-		return nil, ErrWrongType
+		return nil, nil, ErrWrongType
 	}
-	o, kind := s.lookup(name)
-	switch kind {
-	case KindExpiring:
-		return o, nil
-	case KindNone:
-		return nil, ErrNotFound
+	o, _ := s.lookup(name)
+	if o == nil {
+		return nil, nil, ErrNotFound
 	}
-	return nil, ErrWrongType
+	k, ok := o.key.(*expiringKey)
+	if !ok {
+		return nil, nil, ErrWrongType
+	}
+	return o, k, nil
 }
 
 // AddUntil adds items to the expiring key name, each to be reported present
@@ -200,7 +290,7 @@ func (s *Store) AddUntil(name string, items [][]byte, expiresAt time.Time) ([]bo
 		return nil, err
 	}
 	for {
-		o, err := s.expiring(name)
+		o, k, err := s.expiring(name)
 		if err != nil {
 			return nil, err
 		}
@@ -209,7 +299,7 @@ func (s *Store) AddUntil(name string, items [][]byte, expiresAt time.Time) ([]bo
 			o.mu.Unlock()
 			continue
 		}
-		added, pos, err := s.xadd(o, items, expiresAt)
+		added, pos, err := s.xadd(o, k, items, expiresAt)
 		o.mu.Unlock()
 		if err == nil {
 			err = s.waitDurable(pos)
@@ -218,25 +308,25 @@ func (s *Store) AddUntil(name string, items [][]byte, expiresAt time.Time) ([]bo
 	}
 }
 
-// xadd logs and applies an add under o.mu.
-func (s *Store) xadd(o *object, items [][]byte, expiresAt time.Time) ([]bool, int64, error) {
+// xadd logs and applies an add to o, whose key is k, under o.mu.
+func (s *Store) xadd(o *object, k *expiringKey, items [][]byte, expiresAt time.Time) ([]bool, int64, error) {
 	now := s.cfg.Now()
 	switch ttl := expiresAt.Sub(now); {
 	case now.Year() < 1800 || now.Year() > 2200:
 		return nil, 0, &Error{Code: CodeClock, Msg: "server clock out of range: " + now.String()}
 	case ttl < 0:
 		return nil, 0, ErrExpiryPast
-	case ttl > o.meta.expiry.MaxTTL:
+	case ttl > k.p.MaxTTL:
 		return nil, 0, ErrExpiryBeyondTTL
 	}
 	added := make([]bool, len(items))
 	hashes := make([]uint64, len(items))
 	for i, it := range items {
-		hashes[i] = o.wf.Hash(it)
-		added[i] = !o.wf.MayContainHash(hashes[i])
+		hashes[i] = k.wf.Hash(it)
+		added[i] = !k.wf.MayContainHash(hashes[i])
 	}
 	var pos int64
-	if o.table == nil { // a table-backed set's record is the row
+	if k.table == nil { // a table-backed set's record is the row
 		r := &record{op: opXAdd, name: o.name, hashes: hashes, expiry: expiresAt.UnixNano()}
 		var err error
 		if pos, err = s.logRecord(r); err != nil {
@@ -248,12 +338,12 @@ func (s *Store) xadd(o *object, items [][]byte, expiresAt time.Time) ([]bool, in
 	for _, h := range hashes {
 		// After the checks above only a clock stepped back can make the
 		// filter refuse (all generations taken by later windows).
-		if err := o.wf.AddHash(h, expiresAt); err != nil {
+		if err := k.wf.AddHash(h, expiresAt); err != nil {
 			s.remeasure(o)
 			return nil, 0, &Error{Code: CodeFull, Msg: err.Error()}
 		}
 	}
-	o.card.Add(uint64(len(hashes)))
+	k.card.Add(uint64(len(hashes)))
 	s.remeasure(o)
 	return added, pos, nil
 }
@@ -263,31 +353,19 @@ func (s *Store) xadd(o *object, items [][]byte, expiresAt time.Time) ([]bool, in
 // (the clock stepped back past what G generations span), the key answers
 // "present" to every lookup until the item's expiry rather than forget it,
 // and says so in the log.
-func (s *Store) replayXAdd(o *object, r *record) {
+func (s *Store) replayXAdd(o *object, k *expiringKey, r *record) {
 	exp := time.Unix(0, r.expiry)
 	for _, h := range r.hashes {
-		if err := o.wf.ReplayHash(h, exp); err != nil {
-			if r.expiry > o.failOpenUntil.Load() {
-				o.failOpenUntil.Store(r.expiry)
+		if err := k.wf.ReplayHash(h, exp); err != nil {
+			if r.expiry > k.failOpenUntil.Load() {
+				k.failOpenUntil.Store(r.expiry)
 			}
 			s.log.Error("replay: expiring key cannot hold an item; it answers present to every lookup until the item's expiry",
 				"key", o.name, "until", exp, "err", err)
 			return
 		}
 	}
-	o.card.Add(uint64(len(r.hashes)))
-}
-
-// expiringMayContain answers lookups on the expiring key o; it never locks.
-func (s *Store) expiringMayContain(o *object, items [][]byte, out []bool) {
-	now := s.cfg.Now().UnixNano()
-	if until := o.failOpenUntil.Load(); until != 0 && until >= now || o.table != nil && o.table.follow != nil && now > o.table.follow.freshUntil.Load() {
-		for i := range out {
-			out[i] = true
-		}
-		return
-	}
-	mayContainMany(o.wf.MayContain, items, out)
+	k.card.Add(uint64(len(r.hashes)))
 }
 
 // ExpiringInfo describes an expiring key.
@@ -306,32 +384,6 @@ type ExpiringInfo struct {
 	// NextExpiry is when the oldest generation is dropped (zero when none
 	// is held).
 	NextExpiry time.Time
-}
-
-// expiringInfo describes the expiring key name, after dropping the
-// generations that ended.
-func (s *Store) expiringInfo(name string) (ExpiringInfo, error) {
-	o, err := s.expiring(name)
-	if err != nil {
-		return ExpiringInfo{}, err
-	}
-	o.mu.Lock()
-	if !o.dead {
-		s.expireObject(o)
-	}
-	o.mu.Unlock()
-	info := ExpiringInfo{
-		Params:             o.meta.expiry,
-		GenerationCapacity: o.wf.GenerationSizing().Capacity,
-		Generations:        o.wf.Live(),
-		Items:              o.wf.Items(),
-		Size:               o.wf.Bytes(),
-		MaxSize:            uint64(o.meta.expiry.Generations) * o.wf.GenerationSizing().Bytes(),
-	}
-	if ends := o.wf.GenerationEnds(); len(ends) > 0 {
-		info.NextExpiry = ends[0]
-	}
-	return info, nil
 }
 
 // startExpiry starts the goroutine that drops ended generations.
@@ -358,7 +410,7 @@ func (s *Store) expireAll() int {
 	s.mu.RLock()
 	var objs []*object
 	for _, o := range s.keys {
-		if o.kind == KindExpiring {
+		if _, ok := o.key.(*expiringKey); ok {
 			objs = append(objs, o)
 		}
 	}
@@ -374,12 +426,11 @@ func (s *Store) expireAll() int {
 	return n
 }
 
-// expireObject drops o's ended generations and releases their memory. Call
-// with o.mu held. Nothing is logged: which generations ended follows from
-// the clock, and replay re-derives it.
+// expireObject drops what ended from o (an expiring key's generations) and
+// releases its memory. Call with o.mu held.
 func (s *Store) expireObject(o *object) int {
-	n, err := o.wf.Expire()
-	if err != nil || n == 0 {
+	n := o.key.expire()
+	if n == 0 {
 		return 0
 	}
 	o.dump = nil

@@ -62,7 +62,7 @@ const (
 // runExpiringFeed bootstraps and follows the feed until ctx is done,
 // starting again (a new bootstrap) after every failure.
 func (s *Store) runExpiringFeed(ctx context.Context, o *object) {
-	t, fl := o.table, o.table.follow
+	t, fl := o.table(), o.table().follow
 	retry := expiringFeedRetryFirst
 	for {
 		streamed, err := s.followExpiring(ctx, o)
@@ -94,7 +94,7 @@ func (s *Store) runExpiringFeed(ctx context.Context, o *object) {
 // followExpiring bootstraps the set from the feed and applies its stream
 // until it fails; streamed reports that the bootstrap succeeded.
 func (s *Store) followExpiring(ctx context.Context, o *object) (streamed bool, err error) {
-	t, fl := o.table, o.table.follow
+	t, fl := o.table(), o.table().follow
 	feed := t.cfg.Feed
 	var start changefeed.Position
 	err = s.scanExpiring(ctx, o, func(ctx context.Context, fn func([]byte, time.Time) error) error {
@@ -127,7 +127,8 @@ func (s *Store) followExpiring(ctx context.Context, o *object) (streamed bool, e
 // applyExpiringTxn adds a transaction's inserted rows, then records its
 // position and confirms it.
 func (s *Store) applyExpiringTxn(ctx context.Context, o *object, txn changefeed.Txn) error {
-	t, fl := o.table, o.table.follow
+	k := o.key.(*expiringKey) // a table-backed expiring set's
+	t, fl := k.table, k.table.follow
 	now := s.cfg.Now()
 	var unheld int64
 	if len(txn.Changes) > 0 {
@@ -149,7 +150,7 @@ func (s *Store) applyExpiringTxn(ctx context.Context, o *object, txn changefeed.
 			if err != nil {
 				// Unknown expiry or key: fail open for the longest any row
 				// may live.
-				until := now.Add(o.meta.expiry.MaxTTL).UnixNano()
+				until := now.Add(k.p.MaxTTL).UnixNano()
 				unheld = max(unheld, until)
 				s.log.Error("expiring set: a row from the change feed has no usable key or expiry; answering present to every lookup for the max TTL",
 					"set", o.name, "key", string(c.Key), "expiry", string(c.Value), "err", err, "until", time.Unix(0, until))
@@ -158,7 +159,7 @@ func (s *Store) applyExpiringTxn(ctx context.Context, o *object, txn changefeed.
 			if exp.Before(now) {
 				continue
 			}
-			if err := o.wf.ReplayHash(o.wf.Hash(c.Key), exp); err != nil {
+			if err := k.wf.ReplayHash(k.wf.Hash(c.Key), exp); err != nil {
 				unheld = max(unheld, exp.UnixNano())
 			}
 		}
@@ -180,10 +181,10 @@ func (s *Store) applyExpiringTxn(ctx context.Context, o *object, txn changefeed.
 // passHeadsLocked moves the freshness deadline past every head read the
 // applied position has reached.
 func (s *Store) passHeadsLocked(o *object) {
-	fl := o.table.follow
+	fl := o.table().follow
 	if fl.heads.Advance(fl.pos) {
 		m, _ := fl.heads.Passed()
-		fl.freshUntil.Store(m.At.Add(o.table.cfg.MaxLag).UnixNano())
+		fl.freshUntil.Store(m.At.Add(o.table().cfg.MaxLag).UnixNano())
 	}
 }
 
@@ -196,9 +197,9 @@ func (fl *expiringFollow) lagLocked(now time.Time) time.Duration {
 // markExpiringHead reads the database's head, noting the time before the
 // read.
 func (s *Store) markExpiringHead(ctx context.Context, o *object) {
-	fl := o.table.follow
+	fl := o.table().follow
 	at := s.cfg.Now()
-	head, err := o.table.cfg.Feed.Head(ctx)
+	head, err := o.table().cfg.Feed.Head(ctx)
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
 	fl.headErr = err
@@ -213,7 +214,7 @@ func (s *Store) markExpiringHead(ctx context.Context, o *object) {
 // turns the set not ready within about MaxLag, and logs each change of
 // freshness.
 func (s *Store) watchExpiringFeed(ctx context.Context, o *object) {
-	t, fl := o.table, o.table.follow
+	t, fl := o.table(), o.table().follow
 	tick := time.NewTicker(min(max(t.cfg.MaxLag/4, 10*time.Millisecond), time.Second))
 	defer tick.Stop()
 	for {

@@ -18,9 +18,12 @@ import (
 //
 // The version byte lets a later layout be told apart; a reader refuses a
 // version it does not know.
-const expiringMetaVersion = 1
+const (
+	expiringMetaVersion = 1
+	expiringMetaLen     = 1 + 8 + 8 + 8 + 4
+)
 
-func appendExpiringMeta(b []byte, p ExpiringParams) []byte {
+func (p ExpiringParams) appendMeta(b []byte) []byte {
 	b = append(b, expiringMetaVersion)
 	b = binary.LittleEndian.AppendUint64(b, p.Capacity)
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.ErrorRate))
@@ -28,7 +31,7 @@ func appendExpiringMeta(b []byte, p ExpiringParams) []byte {
 	return binary.LittleEndian.AppendUint32(b, uint32(p.Generations))
 }
 
-func (d *decoder) expiringMeta() ExpiringParams {
+func decodeExpiringSpec(d *decoder) Spec {
 	if d.u8() != expiringMetaVersion {
 		d.bad = true
 	}

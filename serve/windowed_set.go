@@ -118,27 +118,28 @@ func (s *Store) openExpiringSets() error {
 		if err := p.check(); err != nil {
 			return fmt.Errorf("serve: expiring set %q: %w", sc.Name, err)
 		}
-		o, err := newObject(sc.Name, meta{kind: KindExpiring, expiry: p}, s.cfg.Now)
+		o, err := newObject(sc.Name, p, s.cfg.Now)
 		if err != nil {
 			return fmt.Errorf("serve: expiring set %q: %w", sc.Name, err)
 		}
 		if sc.MaxLag <= 0 {
 			sc.MaxLag = bloomgate.DefaultMaxLag
 		}
-		o.table = &expiringTable{cfg: sc}
+		k := o.key.(*expiringKey) // built from ExpiringParams
+		k.table = &expiringTable{cfg: sc}
 		if sc.Feed != nil {
-			o.table.follow = &expiringFollow{}
+			k.table.follow = &expiringFollow{}
 		}
-		o.failOpenUntil.Store(math.MaxInt64) // until the first scan
+		k.failOpenUntil.Store(math.MaxInt64) // until the first scan
 		s.keys[sc.Name] = o
 		s.used.Add(o.bytes)
 	}
 	for _, o := range s.keys {
-		if o.table != nil {
+		if o.table() != nil {
 			s.bgDone.Add(1)
 			go func() {
 				defer s.bgDone.Done()
-				if o.table.follow != nil {
+				if o.table().follow != nil {
 					s.runExpiringFeed(s.runCtx, o)
 					return
 				}
@@ -152,7 +153,7 @@ func (s *Store) openExpiringSets() error {
 // runExpiringTable scans the table at start (retrying until it succeeds)
 // and then every RefreshInterval.
 func (s *Store) runExpiringTable(ctx context.Context, o *object) {
-	t := o.table
+	t := o.table()
 	retry := expiringRetryFirst
 	for {
 		err := s.scanExpiringTable(ctx, o)
@@ -182,13 +183,14 @@ func (s *Store) runExpiringTable(ctx context.Context, o *object) {
 
 // scanExpiringTable adds every row whose expiry is ahead to o's filter.
 func (s *Store) scanExpiringTable(ctx context.Context, o *object) error {
-	return s.scanExpiring(ctx, o, o.table.cfg.Source.ScanExpiring)
+	return s.scanExpiring(ctx, o, o.table().cfg.Source.ScanExpiring)
 }
 
 // scanExpiring adds every row scan passes whose expiry is ahead to o's
 // filter.
 func (s *Store) scanExpiring(ctx context.Context, o *object, scan func(context.Context, func([]byte, time.Time) error) error) error {
-	t := o.table
+	k := o.key.(*expiringKey) // a table-backed expiring set's
+	t := k.table
 	var live uint64
 	var unheld int64 // the latest expiry the filter could not hold
 	batch := make([]uint64, 0, expiringScanBatch)
@@ -196,7 +198,7 @@ func (s *Store) scanExpiring(ctx context.Context, o *object, scan func(context.C
 	flush := func() {
 		o.mu.Lock()
 		for i, h := range batch {
-			if err := o.wf.ReplayHash(h, time.Unix(0, exps[i])); err != nil {
+			if err := k.wf.ReplayHash(h, time.Unix(0, exps[i])); err != nil {
 				unheld = max(unheld, exps[i])
 			}
 		}
@@ -209,7 +211,7 @@ func (s *Store) scanExpiring(ctx context.Context, o *object, scan func(context.C
 			return nil
 		}
 		live++
-		batch = append(batch, o.wf.Hash(key))
+		batch = append(batch, k.wf.Hash(key))
 		exps = append(exps, exp.UnixNano())
 		if len(batch) == expiringScanBatch {
 			flush()
@@ -226,7 +228,7 @@ func (s *Store) scanExpiring(ctx context.Context, o *object, scan func(context.C
 	t.rows.Store(live)
 	t.scans.Add(1)
 	if !t.ready.Load() {
-		o.failOpenUntil.CompareAndSwap(math.MaxInt64, unheld)
+		k.failOpenUntil.CompareAndSwap(math.MaxInt64, unheld)
 		t.ready.Store(true)
 		if t.follow != nil {
 			s.log.Info("expiring set scanned; catching up with the change feed", "set", o.name, "live_rows", live)
@@ -240,14 +242,15 @@ func (s *Store) scanExpiring(ctx context.Context, o *object, scan func(context.C
 // failOpenRow makes o answer present to every lookup until until (Unix
 // ns), for a row its filter cannot hold: never forget a row.
 func (s *Store) failOpenRow(o *object, until int64) {
+	k := o.key.(*expiringKey) // a table-backed expiring set's
 	for {
-		cur := o.failOpenUntil.Load()
-		if cur >= until || o.failOpenUntil.CompareAndSwap(cur, until) {
+		cur := k.failOpenUntil.Load()
+		if cur >= until || k.failOpenUntil.CompareAndSwap(cur, until) {
 			break
 		}
 	}
 	s.log.Error("expiring set: a row expires further ahead than the max TTL allows; answering present to every lookup until then",
-		"set", o.name, "until", time.Unix(0, until), "max_ttl", o.meta.expiry.MaxTTL)
+		"set", o.name, "until", time.Unix(0, until), "max_ttl", k.p.MaxTTL)
 }
 
 // isExpiringSet reports whether name is a table-backed expiring set.
@@ -255,7 +258,7 @@ func (s *Store) isExpiringSet(name string) bool {
 	s.mu.RLock()
 	o := s.keys[name]
 	s.mu.RUnlock()
-	return o != nil && o.table != nil
+	return o != nil && o.table() != nil
 }
 
 // expiringSetsReady reports whether every table-backed expiring set answers
@@ -264,7 +267,7 @@ func (s *Store) expiringSetsReady() bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, o := range s.keys {
-		if o.table != nil && !s.expiringReady(o) {
+		if o.table() != nil && !s.expiringReady(o) {
 			return false
 		}
 	}
@@ -273,7 +276,7 @@ func (s *Store) expiringSetsReady() bool {
 
 // expiringReady: scanned once and, with a feed, fresh.
 func (s *Store) expiringReady(o *object) bool {
-	t := o.table
+	t := o.table()
 	return t.ready.Load() && (t.follow == nil || s.cfg.Now().UnixNano() <= t.follow.freshUntil.Load())
 }
 
@@ -303,10 +306,10 @@ func (s *Store) ExpiringSet(name string) (ExpiringSetStatus, bool) {
 	s.mu.RLock()
 	o := s.keys[name]
 	s.mu.RUnlock()
-	if o == nil || o.table == nil {
+	if o == nil || o.table() == nil {
 		return ExpiringSetStatus{}, false
 	}
-	t := o.table
+	t := o.table()
 	st := ExpiringSetStatus{Ready: s.expiringReady(o), Scans: t.scans.Load(), Failures: t.failures.Load(), Rows: t.rows.Load()}
 	if !t.ready.Load() {
 		st.Reason = "the table has not been scanned yet; every lookup answers present"
@@ -330,7 +333,7 @@ func (s *Store) ExpiringSetNames() []string {
 	s.mu.RLock()
 	var names []string
 	for name, o := range s.keys {
-		if o.table != nil {
+		if o.table() != nil {
 			names = append(names, name)
 		}
 	}

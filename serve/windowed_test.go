@@ -360,8 +360,8 @@ func TestExpiringReplayClockBack(t *testing.T) {
 	for i, d := range []time.Duration{10 * time.Minute, 70 * time.Minute, 130 * time.Minute, maxTTL} {
 		mustXAdd(t, s, "r", clock.Now().Add(d), fmt.Appendf(nil, "w%d", i))
 	}
-	if o, _ := s.lookup("r"); o.wf.Live() != 4 {
-		t.Fatalf("%d generations, want 4", o.wf.Live())
+	if o, _ := s.lookup("r"); o.key.subFilters() != 4 {
+		t.Fatalf("%d generations, want 4", o.key.subFilters())
 	}
 	clock.Advance(3 * time.Hour)
 	mustXAdd(t, s, "r", clock.Now().Add(maxTTL), []byte("late"))
@@ -452,7 +452,7 @@ func TestExpiringGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"jti-1", "jti-2", "jti-3"} {
-		if !o2.wf.MayContain([]byte(k)) {
+		if !o2.key.(*expiringKey).wf.MayContain([]byte(k)) {
 			t.Errorf("golden snapshot entry lost %s", k)
 		}
 	}
@@ -463,16 +463,16 @@ func TestExpiringGolden(t *testing.T) {
 func FuzzDecodeExpiring(f *testing.F) {
 	clock := newFakeClock()
 	p := ExpiringParams{MaxTTL: 7 * time.Minute, Capacity: 70, ErrorRate: 0.01, Generations: 8}
-	f.Add((&record{op: opCreate, name: "k", meta: meta{kind: KindExpiring, expiry: p}}).appendPayload(nil))
+	f.Add((&record{op: opCreate, name: "k", spec: p}).appendPayload(nil))
 	f.Add((&record{op: opXAdd, name: "k", hashes: []uint64{1, 2}, expiry: clock.Now().Add(time.Minute).UnixNano()}).appendPayload(nil))
 	s := &Store{keys: map[string]*object{}, cfg: Config{Now: clock.Now}}
 	fillDefaults(&s.cfg)
 	s.log = s.cfg.Logger
-	o, err := newObject("k", meta{kind: KindExpiring, expiry: p}, clock.Now)
+	o, err := newObject("k", p, clock.Now)
 	if err != nil {
 		f.Fatal(err)
 	}
-	o.wf.AddString("x", clock.Now().Add(time.Minute))
+	o.key.(*expiringKey).wf.AddString("x", clock.Now().Add(time.Minute))
 	put, _ := o.putRecord()
 	f.Add(put.appendPayload(nil))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -481,14 +481,14 @@ func FuzzDecodeExpiring(f *testing.F) {
 			return
 		}
 		if r.op == opPut {
-			if o, err := objectFromPut(r, 1<<20, clock.Now); err == nil && o.wf != nil {
-				o.wf.MayContain([]byte("x"))
+			if o, err := objectFromPut(r, 1<<20, clock.Now); err == nil {
+				o.key.mayContain(clock.Now, [][]byte{[]byte("x")}, make([]bool, 1))
 			}
 			return
 		}
 		st := &Store{keys: map[string]*object{}, cfg: s.cfg, log: s.log}
 		if r.op == opXAdd {
-			st.apply(&record{lsn: 0, op: opCreate, name: r.name, meta: meta{kind: KindExpiring, expiry: p}})
+			st.apply(&record{lsn: 0, op: opCreate, name: r.name, spec: p})
 		}
 		r.lsn++
 		st.apply(r)
