@@ -102,7 +102,7 @@ func benchKeys(b *testing.B) int {
 }
 
 // bigTable fills the users table with n keys.
-func bigTable(b *testing.B, dsn string, n int) {
+func bigTable(b testing.TB, dsn string, n int) {
 	b.Helper()
 	ctx := context.Background()
 	pool, err := postgres.Connect(ctx, dsn)
@@ -167,7 +167,7 @@ func logSeconds(re *regexp.Regexp, log string) (time.Duration, bool) {
 
 // timeToReady starts the server with args and returns its stages, from
 // exec to /readyz 200, then stops it with SIGTERM (its final snapshot).
-func timeToReady(b *testing.B, bin, httpAddr string, args ...string) startStages {
+func timeToReady(b testing.TB, bin, httpAddr string, args ...string) startStages {
 	b.Helper()
 	var st startStages
 	start := time.Now()
