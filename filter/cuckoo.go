@@ -928,7 +928,7 @@ func (t *cuckooTable) countUsed() uint64 {
 				v |= ws[w+1] << (64 - s)
 			}
 			v &= t.bucketMask
-			used += uint64(bits.OnesCount64(((v&low)+low | v) & t.highs))
+			used += uint64(bits.OnesCount64(((v & low) + low | v) & t.highs))
 		}
 		return used
 	}
