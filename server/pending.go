@@ -109,7 +109,7 @@ type pendingKeeper struct{ p *pendingSet }
 
 func (k pendingKeeper) Run(ctx context.Context, g *bloomgate.Gate) error {
 	if k.p.early != nil {
-		return g.Follow(ctx, pendingFeed{k.p}, *k.p.early)
+		return g.Follow(ctx, pendingFeed(k), *k.p.early)
 	}
 	if err := k.p.wait(ctx); err != nil {
 		return err
