@@ -697,11 +697,27 @@ func (fl *follower) markHead(ctx context.Context) error {
 
 // watch marks the head regularly, so a stalled stream turns the gate not
 // ready within about MaxLag.
+//
+// A relayed head (a fan-out instance's) is marked every relayedStartTick
+// until the gate is first fresh: a starting instance has a head whose age
+// it can bound only once the feeder has read the database's head twice
+// after the instance's first look, and waiting for the next tick after
+// that added up to a second to its start. Such a mark reads the relaying
+// store, not the database.
 func (fl *follower) watch(ctx context.Context) {
 	every := min(max(fl.cfg.MaxLag/4, 10*time.Millisecond), time.Second)
-	t := time.NewTicker(every)
+	_, relayed := fl.feed.(RelayedHead)
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
+		fl.mu.Lock()
+		starting := relayed && !fl.caughtUp
+		fl.mu.Unlock()
+		if starting {
+			t.Reset(min(relayedStartTick, every))
+		} else {
+			t.Reset(every)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -711,6 +727,10 @@ func (fl *follower) watch(ctx context.Context) {
 		fl.snapshotIdle()
 	}
 }
+
+// relayedStartTick is how often watch marks a relayed head until the gate
+// is first fresh.
+const relayedStartTick = 10 * time.Millisecond
 
 // idleSnapshotAfter is how long a stream must have delivered nothing before
 // snapshotIdle takes the snapshot applying would have taken.

@@ -201,6 +201,7 @@ func (s *instanceSnapshots) Save(ctx context.Context, pos changefeed.Position, w
 }
 
 func (s *instanceSnapshots) Load(ctx context.Context, try func(r io.Reader) error) error {
+	s.in.firstLook(ctx)
 	ss := s.ss
 	s.in.mu.Lock()
 	if s.in.skipLocal {
@@ -565,6 +566,20 @@ func (in *Instance) HeadAge(ctx context.Context) (changefeed.Position, time.Dura
 		return 0, 0, fmt.Errorf("%w (term %d)", ErrNoPolledHead, term)
 	}
 	return head.pos, max(time.Since(head.at), 0), nil
+}
+
+// firstLook, while this instance has no head whose age it can bound (see
+// heartbeat), reads the heartbeat: a starting instance can bound the age
+// only of a head the feeder read two reads after its first look, so the
+// look is taken before the snapshot is loaded, and the feeder's reads
+// during the load count.
+func (in *Instance) firstLook(ctx context.Context) {
+	in.mu.Lock()
+	ok := in.head.ok
+	in.mu.Unlock()
+	if !ok {
+		in.heartbeat(ctx) // errors are HeadAge's to report
+	}
 }
 
 // checkFilter ends the running Stream when the newest snapshot record is

@@ -28,11 +28,7 @@ import (
 // are returned with an error too.
 func openKeeper(ctx context.Context, s *SetConfig, src *openedSource, tr *earlyTransport, sc serve.SetConfig, dataDir string, log *slog.Logger) (serve.Keeper, []func(), error) {
 	var closers []func()
-	follow := bloomgate.FollowConfig{
-		Identity:         "serve:" + s.Name + ":" + s.Source.Table + "." + s.Source.Column,
-		SnapshotInterval: s.Feed.SnapshotInterval,
-		MaxLag:           s.Feed.MaxLag,
-	}
+	follow := followConfig(s, "")
 	var local bloomgate.SnapshotStore
 	if dataDir != "" {
 		local = bloomgate.DirSnapshots(filepath.Join(dataDir, "sets", s.Name))
@@ -101,6 +97,20 @@ func openKeeper(ctx context.Context, s *SetConfig, src *openedSource, tr *earlyT
 		}
 	}
 	return k, closers, nil
+}
+
+// followConfig is a followed set's FollowConfig, with the snapshots in
+// dataDir ("": none; a fanned-out set's are its instance's).
+func followConfig(s *SetConfig, dataDir string) bloomgate.FollowConfig {
+	cfg := bloomgate.FollowConfig{
+		Identity:         "serve:" + s.Name + ":" + s.Source.Table + "." + s.Source.Column,
+		SnapshotInterval: s.Feed.SnapshotInterval,
+		MaxLag:           s.Feed.MaxLag,
+	}
+	if dataDir != "" {
+		cfg.Snapshots = bloomgate.DirSnapshots(filepath.Join(dataDir, "sets", s.Name))
+	}
+	return cfg
 }
 
 // earlyTransport is a fanned-out set's transport being opened beside its

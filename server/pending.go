@@ -30,10 +30,20 @@ type pendingSet struct {
 	// role is the set's role before it is connected (Keeper.Role must not
 	// block).
 	role serve.Role
+	// early, for a set that follows PostgreSQL in this process and keeps
+	// its snapshots in the data directory, is its FollowConfig: Follow
+	// starts at once over a pendingFeed, loading the snapshot while the
+	// database is being connected and checked.
+	early *bloomgate.FollowConfig
 }
 
-func newPendingSet(s *SetConfig) *pendingSet {
+func newPendingSet(s *SetConfig, dataDir string) *pendingSet {
 	p := &pendingSet{name: s.Name, opened: make(chan struct{}), role: serve.RoleFollower}
+	if _, fanned := transports[s.Fanout.Transport]; !fanned && dataDir != "" && s.Kind != KindExpiring &&
+		s.follows() && s.Source.Driver == SourcePostgres {
+		fc := followConfig(s, dataDir)
+		p.early = &fc
+	}
 	if _, fanned := transports[s.Fanout.Transport]; fanned {
 		p.role = serve.RoleInstance
 		if s.Source.Driver == SourcePostgres && s.feeder() {
@@ -98,10 +108,105 @@ func (c pendingConfirm) Exists(ctx context.Context, key string) (bool, error) {
 type pendingKeeper struct{ p *pendingSet }
 
 func (k pendingKeeper) Run(ctx context.Context, g *bloomgate.Gate) error {
+	if k.p.early != nil {
+		return g.Follow(ctx, pendingFeed(k), *k.p.early)
+	}
 	if err := k.p.wait(ctx); err != nil {
 		return err
 	}
 	return k.p.keeper.Run(ctx, g)
+}
+
+// pendingFeed stands in for the change feed of a set with an early
+// FollowConfig. Follow's first step, loading the newest snapshot from the
+// data directory, reads no database, so it runs beside the connection and
+// the checks (at 10 M keys each took tens of milliseconds, one after the
+// other); every call of the feed waits for them. The loaded filter serves
+// as a filter catching up does, not ready ("maybe"), until the stream has
+// passed the head the feed reads once it is connected.
+type pendingFeed struct{ p *pendingSet }
+
+// errNoFeed is a pendingFeed's keeper that is not a followKeeper: never,
+// as newPendingSet and openKeeper decide alike.
+var errNoFeed = errors.New("server: the set's keeper has no change feed")
+
+func (f pendingFeed) feed(ctx context.Context) (bloomgate.Feed, error) {
+	if err := f.p.wait(ctx); err != nil {
+		return nil, err
+	}
+	k, ok := f.p.keeper.(*followKeeper)
+	if !ok || k.feed == nil {
+		return nil, fmt.Errorf("set %q: %w", f.p.name, errNoFeed)
+	}
+	return k.feed, nil
+}
+
+func (f pendingFeed) Bootstrap(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error) {
+	fd, err := f.feed(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return fd.Bootstrap(ctx, fn)
+}
+
+func (f pendingFeed) Rebuild(ctx context.Context, fn func(key []byte) error) (changefeed.Position, error) {
+	fd, err := f.feed(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return fd.Rebuild(ctx, fn)
+}
+
+func (f pendingFeed) Stream(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error {
+	fd, err := f.feed(ctx)
+	if err != nil {
+		return err
+	}
+	return fd.Stream(ctx, from, apply)
+}
+
+func (f pendingFeed) Head(ctx context.Context) (changefeed.Position, error) {
+	fd, err := f.feed(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return fd.Head(ctx)
+}
+
+func (f pendingFeed) Confirm(ctx context.Context, pos changefeed.Position) error {
+	fd, err := f.feed(ctx)
+	if err != nil {
+		return err
+	}
+	return fd.Confirm(ctx, pos)
+}
+
+// Estimate is the feed's (Follow sizes a bootstrap's filter with it).
+func (f pendingFeed) Estimate(ctx context.Context) (int64, error) {
+	fd, err := f.feed(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if e, ok := fd.(interface {
+		Estimate(context.Context) (int64, error)
+	}); ok {
+		return e.Estimate(ctx)
+	}
+	return 0, nil
+}
+
+// Err is nil while starting (the readiness reason says "starting"), then
+// the feed's.
+func (f pendingFeed) Err() error {
+	if !f.p.isOpen() {
+		return nil
+	}
+	if k, ok := f.p.keeper.(*followKeeper); ok {
+		if e, ok := k.feed.(interface{ Err() error }); ok {
+			return e.Err()
+		}
+	}
+	return nil
 }
 
 func (k pendingKeeper) Role() serve.Role {
@@ -173,6 +278,7 @@ var (
 	_ bloomgate.Source     = pendingSource{}
 	_ serve.Confirmer      = pendingConfirm{}
 	_ serve.Keeper         = pendingKeeper{}
+	_ bloomgate.Feed       = pendingFeed{}
 	_ serve.ExpiringSource = pendingExpiringSource{}
 	_ serve.ExpiringFeed   = pendingExpiringFeed{}
 )

@@ -174,7 +174,7 @@ func Listen(cfg Config) (*Server, error) {
 
 	pending := make([]*pendingSet, len(cfg.Sets))
 	for i := range cfg.Sets {
-		pending[i] = newPendingSet(&cfg.Sets[i])
+		pending[i] = newPendingSet(&cfg.Sets[i], cfg.DataDir)
 	}
 	sets, expiring := declaredSets(&s.cfg, pending)
 	s.store, err = serve.Open(serve.Config{

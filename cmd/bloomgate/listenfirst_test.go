@@ -9,9 +9,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -239,3 +241,57 @@ func (e errString) String() string {
 }
 
 func lazyErr(p *error) fmt.Stringer { return errString{p} }
+
+// TestServeLoadsSnapshotWhileConnecting: a restarting `bloomgate serve`
+// loads its followed set's snapshot from the data directory while its
+// PostgreSQL does not answer yet (the load reads no database), and the
+// loaded filter does not answer "absent" until the set has caught up: a
+// row inserted while the server was down, which the snapshot lacks, is
+// "maybe" while the database is held, and present once ready.
+func TestServeLoadsSnapshotWhileConnecting(t *testing.T) {
+	bin := buildBinary(t)
+	pg := newFollowedDB(t)
+	pg.SQL(t, "INSERT INTO users SELECT 'user' || i || '@example.com' FROM generate_series(1, 1000) i")
+	proxy := newHeldProxy(t, fmt.Sprintf("%s:%d", pg.Host, pg.Port))
+	held := strings.Replace(pg.DSN, fmt.Sprintf("%s:%d", pg.Host, pg.Port), proxy.Addr(), 1)
+	conf, respAddr, httpAddr, _ := followConf(t, pg.DSN, "  connect-timeout 2m\n")
+
+	srv := startServe(t, bin, "-config", conf)
+	waitReadyz(t, httpAddr, 2*time.Minute)
+	srv.cmd.Process.Signal(syscall.SIGTERM) // its last snapshot
+	if err := srv.wait(); err != nil {
+		t.Fatalf("first run: %v\n%s", err, srv.stderr)
+	}
+	pg.SQL(t, "INSERT INTO users VALUES ('late@example.com')")
+	b, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(conf, []byte(strings.Replace(string(b), pg.DSN, held, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	srv = startServe(t, bin, "-config", conf)
+	defer func() { srv.cmd.Process.Kill(); srv.wait() }()
+	testsvc.Eventually(t, time.Minute, func() bool { return strings.Contains(srv.stderr.String(), "bloomgate: snapshot loaded") },
+		"the snapshot was not loaded while the database was held; stderr:\n%s", srv.stderr)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: respAddr})
+	defer rdb.Close()
+	for _, k := range []string{"late@example.com", "user1@example.com", "nobody@example.com"} {
+		if got, err := rdb.Do(ctx, "BF.EXISTS", "users", k).Bool(); err != nil || !got {
+			t.Errorf("BF.EXISTS users %s with the snapshot loaded, the database held = %v, %v; want 1 (maybe: not ready)", k, got, err)
+		}
+	}
+	if r, err := getReadyz(httpAddr); err != nil || r.Ready {
+		t.Errorf("/readyz with the database held: %+v, %v; want not ready", r, err)
+	}
+	proxy.Release()
+	waitReadyz(t, httpAddr, 2*time.Minute)
+	if got, err := rdb.Do(ctx, "BF.EXISTS", "users", "late@example.com").Bool(); err != nil || !got {
+		t.Errorf("BF.EXISTS users late@example.com once ready = %v, %v; want 1", got, err)
+	}
+	if strings.Contains(srv.stderr.String(), "bootstrapping") {
+		t.Errorf("the restart bootstrapped instead of loading its snapshot; stderr:\n%s", srv.stderr)
+	}
+}

@@ -753,6 +753,23 @@ func fatal(err error) bool {
 // streamOnce runs one replication connection. connected reports whether
 // START_REPLICATION was accepted.
 func (f *Feed) streamOnce(ctx context.Context, apply func(changefeed.Txn) error) (connected bool, err error) {
+	// The replication connection is dialled beside the checks below (a
+	// new server process and its authentication, the longest step of a
+	// start that has little to catch up); START_REPLICATION waits for
+	// them.
+	dial := make(chan struct{})
+	var conn *pgconn.PgConn
+	var dialErr error
+	go func() {
+		defer close(dial)
+		conn, dialErr = f.connectRepl(ctx)
+	}()
+	defer func() {
+		<-dial
+		if conn != nil {
+			closeConn(conn)
+		}
+	}()
 	r, err := f.resolve(ctx)
 	if err != nil {
 		return false, err
@@ -785,11 +802,10 @@ func (f *Feed) streamOnce(ctx context.Context, apply func(changefeed.Txn) error)
 	f.mu.Lock()
 	f.target, f.caughtUp = target, time.Time{}
 	f.mu.Unlock()
-	conn, err := f.connectRepl(ctx)
-	if err != nil {
-		return false, err
+	<-dial
+	if dialErr != nil {
+		return false, dialErr
 	}
-	defer closeConn(conn)
 	sctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	err = pglogrepl.StartReplication(sctx, conn, r.slot, pglogrepl.LSN(from), pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
