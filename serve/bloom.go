@@ -3,6 +3,7 @@ package serve
 import (
 	"errors"
 	"slices"
+	"sync"
 
 	"github.com/bloomgate/bloomgate/filter"
 )
@@ -154,34 +155,37 @@ func (s *Store) Add(name string, items [][]byte, opt AddOptions) (added []bool, 
 		// Log first, then apply: a write that could not be logged changes
 		// nothing.
 		var pos int64
-		hs := make([]uint64, len(items))
+		scratch := getHashes(2 * len(items))
+		hs := scratch.h[:len(items)]
 		for i, it := range items {
 			hs[i] = o.bf.Hash(it)
 		}
 		flags := make([]bool, len(hs)) // the lookups' answers, then the replies
-		if hashes := o.bloomCandidates(hs, flags); len(hashes) > 0 {
+		if hashes := o.bloomCandidates(hs, flags, scratch.h[len(hs):len(hs)]); len(hashes) > 0 {
 			pos, err = s.commit(o, opAdd, hashes)
 			if err != nil {
 				o.mu.Unlock()
+				putHashes(scratch)
 				return nil, nil, err
 			}
 		}
 		added, stop := o.bloomAdd(hs, flags)
 		s.remeasure(o)
 		o.mu.Unlock()
+		putHashes(scratch)
 		return added, stop, s.waitDurable(pos)
 	}
 }
 
 // bloomCandidates returns the hashes o does not hold yet, each once: the
-// opAdd record for adding them. The lookups go in one batch
+// opAdd record for adding them, appended to buf. The lookups go in one batch
 // (filter.Scalable.MayContainHashMany) into held, len(hs) long. Call with
 // o.mu held.
-func (o *object) bloomCandidates(hs []uint64, held []bool) []uint64 {
+func (o *object) bloomCandidates(hs []uint64, held []bool, buf []uint64) []uint64 {
 	if o.bf.MayContainHashMany(hs, held) == len(hs) {
 		return nil
 	}
-	var hashes []uint64
+	hashes := buf[:0]
 	for i, h := range hs {
 		if !held[i] {
 			hashes = append(hashes, h)
@@ -284,11 +288,13 @@ func (s *Store) MayContain(name string, items [][]byte) (held []bool, kind Kind)
 	o, kind := s.lookup(name)
 	switch kind {
 	case KindBloom:
-		hs := make([]uint64, len(items))
+		scratch := getHashes(len(items))
+		hs := scratch.h
 		for i, it := range items {
 			hs[i] = o.bf.Hash(it)
 		}
 		o.bf.MayContainHashMany(hs, out)
+		putHashes(scratch)
 	case KindCuckoo:
 		mayContainMany(o.cf.MayContain, items, out)
 	case KindExpiring:
@@ -353,4 +359,35 @@ func (s *Store) bloomInfo(name string) (BloomInfo, error) {
 		info.Expansion = o.meta.bloom.Expansion
 	}
 	return info, nil
+}
+
+// hashPool holds scratch space for a batch's hashes, so that a pipelined
+// run of adds or lookups leaves no garbage behind: the collector then has
+// nothing to do between commands, however close the memory limit (see
+// internal/cli/memlimit.go) sits to the filters.
+var hashPool = sync.Pool{New: func() any { return new(hashBuf) }}
+
+// hashBuf is hashPool's element (a pointer, so Put does not allocate).
+type hashBuf struct{ h []uint64 }
+
+// maxPooledHashes bounds the scratch space kept in hashPool; a larger batch
+// (a huge BF.MADD) gets space of its own.
+const maxPooledHashes = 4096
+
+// getHashes returns scratch space for n hashes in b.h[:n]; give it back with
+// putHashes.
+func getHashes(n int) *hashBuf {
+	b := hashPool.Get().(*hashBuf)
+	if cap(b.h) < n {
+		b.h = make([]uint64, max(n, 64))
+	}
+	b.h = b.h[:n]
+	return b
+}
+
+// putHashes gives b back to hashPool.
+func putHashes(b *hashBuf) {
+	if cap(b.h) <= maxPooledHashes {
+		hashPool.Put(b)
+	}
 }

@@ -15,7 +15,7 @@ import (
 // earlier instead; collections stay cheap because the tables hold no
 // pointers.
 const (
-	memLimitBase    = 12 << 20 // the runtime (an idle server maps about 12 MiB)
+	memLimitBase    = 8 << 20
 	memLimitPerConn = 96 << 10 // a connection's read and write buffers, with room
 )
 
