@@ -30,7 +30,7 @@ func BenchmarkServeFilterRSS(b *testing.B) {
 		srv := startServe(b, bin, "-resp", addr, "-http", "", "-data", b.TempDir(), "-appendfsync", "everysec")
 		<-srv.ready
 		ctx := context.Background()
-		rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 4})
+		rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 4, Protocol: 2})
 		if err := rdb.Do(ctx, "BF.RESERVE", "big", "0.01", n).Err(); err != nil {
 			b.Fatal(err)
 		}
@@ -57,9 +57,9 @@ func BenchmarkServeFilterRSS(b *testing.B) {
 		if err := <-errs; err != nil {
 			b.Fatal(err)
 		}
-		info, err := rdb.Do(ctx, "BF.INFO", "big", "SIZE").Int64()
-		if err != nil {
-			b.Fatal(err)
+		info, err := rdb.Do(ctx, "BF.INFO", "big", "SIZE").Int64Slice() // [size], as RedisBloom
+		if err != nil || len(info) != 1 {
+			b.Fatal(info, err)
 		}
 		rdb.Close()
 		time.Sleep(2 * time.Second)
@@ -67,7 +67,7 @@ func BenchmarkServeFilterRSS(b *testing.B) {
 		rss += st["VmRSS"]
 		anon += st["RssAnon"]
 		file += st["RssFile"]
-		size += float64(info)
+		size += float64(info[0])
 		srv.cmd.Process.Kill()
 		srv.wait()
 	}
