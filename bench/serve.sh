@@ -14,7 +14,7 @@
 #   BLOOMGATE=/path/to/bloomgate bench/serve.sh …   (a built binary, instead
 #                                                    of building ./cmd/bloomgate)
 #   REDISBLOOM_MODULE=/path/to/redisbloom.so bench/serve.sh …
-#   RESPFLOOR=1 bench/serve.sh …
+#   RESPFLOOR=1 bench/serve.sh …       (or RESPFLOOR=loop)
 #
 # BF.EXISTS asks for random items of a 1 M-item 1 % filter holding 1 M
 # random adds (from the same million); BF.ADD adds random items from a
@@ -25,7 +25,9 @@
 # bloomgate's, and the ratios bloomgate / RedisBloom are printed too. With
 # RESPFLOOR=1, bench/cmd/respfloor (a Go server that answers every command
 # without looking at it) gets the same BF.EXISTS right after bloomgate's, at
-# the end of each line: the floor of a goroutine-per-connection server.
+# the end of each line: the floor of a goroutine-per-connection server; with
+# RESPFLOOR=loop, respfloor -loop answers from gnet's event loops instead:
+# the floor of an event-loop server.
 #
 # Needs redis-server, redis-benchmark, redis-cli and go on PATH. The servers
 # listen on free loopback ports and are stopped on exit.
@@ -75,7 +77,11 @@ fi
 if [ -n "${RESPFLOOR:-}" ]; then
 	(cd bench && go build -o "$TMP/respfloor" ./cmd/respfloor)
 	FP=$(freeport)
-	"$TMP/respfloor" "127.0.0.1:$FP" &
+	if [ "$RESPFLOOR" = loop ]; then
+		"$TMP/respfloor" -loop "127.0.0.1:$FP" >/dev/null 2>&1 &
+	else
+		"$TMP/respfloor" "127.0.0.1:$FP" &
+	fi
 	FL_PID=$!
 fi
 for i in $(seq 100); do

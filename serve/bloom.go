@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -134,11 +135,13 @@ func (k *bloomKey) setCounters(card, deletes uint64) error {
 // mayContain hashes the items and looks them up in one batch
 // (filter.Scalable.MayContainHashMany).
 func (k *bloomKey) mayContain(_ func() time.Time, items [][]byte, out []bool) {
-	hs := make([]uint64, len(items))
+	scratch := getHashes(len(items))
+	hs := scratch.h
 	for i, it := range items {
 		hs[i] = k.f.Hash(it)
 	}
 	k.f.MayContainHashMany(hs, out)
+	putHashes(scratch)
 }
 
 // count is 0: a Bloom key counts no copies (CF.COUNT answers 0, as
@@ -223,34 +226,37 @@ func (s *Store) Add(name string, items [][]byte, opt AddOptions) (added []bool, 
 		// Log first, then apply: a write that could not be logged changes
 		// nothing.
 		var pos int64
-		hs := make([]uint64, len(items))
+		scratch := getHashes(2 * len(items))
+		hs := scratch.h[:len(items)]
 		for i, it := range items {
 			hs[i] = k.f.Hash(it)
 		}
 		flags := make([]bool, len(hs)) // the lookups' answers, then the replies
-		if hashes := k.candidates(hs, flags); len(hashes) > 0 {
+		if hashes := k.candidates(hs, flags, scratch.h[len(hs):len(hs)]); len(hashes) > 0 {
 			pos, err = s.commit(o, opAdd, hashes)
 			if err != nil {
 				o.mu.Unlock()
+				putHashes(scratch)
 				return nil, nil, err
 			}
 		}
 		added, stop := k.add(hs, flags)
 		s.remeasure(o)
 		o.mu.Unlock()
+		putHashes(scratch)
 		return added, stop, s.waitDurable(pos)
 	}
 }
 
 // candidates returns the hashes k does not hold yet, each once: the
-// opAdd record for adding them. The lookups go in one batch
-// (filter.Scalable.MayContainHashMany) into held, len(hs) long. Call with
-// o.mu held.
-func (k *bloomKey) candidates(hs []uint64, held []bool) []uint64 {
+// opAdd record for adding them, appended to buf. The lookups go in one
+// batch (filter.Scalable.MayContainHashMany) into held, len(hs) long. Call
+// with o.mu held.
+func (k *bloomKey) candidates(hs []uint64, held []bool, buf []uint64) []uint64 {
 	if k.f.MayContainHashMany(hs, held) == len(hs) {
 		return nil
 	}
-	var hashes []uint64
+	hashes := buf[:0]
 	for i, h := range hs {
 		if !held[i] {
 			hashes = append(hashes, h)
@@ -398,4 +404,35 @@ type BloomInfo struct {
 func (t *Set) bloomInfo() BloomInfo {
 	st := t.gate.Stats().Filter
 	return BloomInfo{Capacity: st.Capacity, Size: st.Bytes, Filters: 1, Items: st.Items}
+}
+
+// hashPool holds scratch space for a batch's hashes, so that a pipelined
+// run of adds or lookups leaves no garbage behind: the collector then has
+// nothing to do between commands, however close the memory limit (see
+// internal/cli/memlimit.go) sits to the filters.
+var hashPool = sync.Pool{New: func() any { return new(hashBuf) }}
+
+// hashBuf is hashPool's element (a pointer, so Put does not allocate).
+type hashBuf struct{ h []uint64 }
+
+// maxPooledHashes bounds the scratch space kept in hashPool; a larger batch
+// (a huge BF.MADD) gets space of its own.
+const maxPooledHashes = 4096
+
+// getHashes returns scratch space for n hashes in b.h[:n]; give it back with
+// putHashes.
+func getHashes(n int) *hashBuf {
+	b := hashPool.Get().(*hashBuf)
+	if cap(b.h) < n {
+		b.h = make([]uint64, max(n, 64))
+	}
+	b.h = b.h[:n]
+	return b
+}
+
+// putHashes gives b back to hashPool.
+func putHashes(b *hashBuf) {
+	if cap(b.h) <= maxPooledHashes {
+		hashPool.Put(b)
+	}
 }

@@ -222,7 +222,7 @@ func readSnapshot(r io.Reader, size, maxFilter int64, now func() time.Time) (uin
 			return fail("bad entry %d", len(objs))
 		}
 		// The filter is decoded straight from the file, not from a copy.
-		lr := &io.LimitedReader{R: cr, N: int64(rest)}
+		lr := &entryReader{io.LimitedReader{R: cr, N: int64(rest)}}
 		o, err := decodeKey(rec, lr, maxFilter, now)
 		if err != nil {
 			return fail("key %q: %v", rec.name, err)
@@ -246,6 +246,18 @@ func readSnapshot(r io.Reader, size, maxFilter int64, now func() time.Time) (uin
 	}
 	return nextLSN, objs, nil
 }
+
+// entryReader reads the rest of a snapshot entry. Its bytes are in the file
+// (readSnapshot checked the entry's length against the file's size), so it
+// reports them as available: the filter's decoder then allocates each table
+// once at its size, instead of growing it from 8 MiB as it must for a length
+// that no input vouches for, which left a copy's worth of garbage at every
+// start and a table with more capacity than it holds.
+type entryReader struct{ io.LimitedReader }
+
+// Len is the bytes left in the entry (filter.DecodeScalable and its kin
+// look for it).
+func (r *entryReader) Len() int { return int(r.N) }
 
 // The part of an opPut payload before the filter: lsn, op and name length
 // (putPrefixHead); the name; the meta (a kind byte and metaLen(kind) bytes);
