@@ -2,8 +2,6 @@ package jetstream_test
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"log/slog"
 	"os"
 	"strconv"
@@ -46,26 +44,10 @@ type inProcess struct {
 
 func startInProcess(t testing.TB, preRows int, capacity uint64) *inProcess {
 	t.Helper()
-	cl := testsvc.SharedNATSCluster(t) // no test of an inProcess kills a node
 	pg := fanouttest.NewPG(t, preRows)
+	j := sharedJetStream(t) // no test of an inProcess kills a node
+	set := openSet(t, jetstream.Config{JetStream: j, Replicas: 3, LeaseTTL: testLeaseTTL, Logger: testLogger()}, "t")
 	ctx, cancel := context.WithCancel(context.Background())
-	nc, err := connect(ctx, cl.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	j, err := js.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b [4]byte
-	crand.Read(b[:])
-	var set *jetstream.Set
-	testsvc.Eventually(t, time.Minute, func() bool { // the new cluster elects its meta leader meanwhile
-		set, err = jetstream.Open(ctx, jetstream.Config{JetStream: j, Set: "t" + hex.EncodeToString(b[:]), Replicas: 3,
-			LeaseTTL: testLeaseTTL, Logger: testLogger()})
-		return err == nil
-	}, "jetstream.Open on a fresh cluster")
 	g, err := bloomgate.New(bloomgate.Config{Source: pg.Source, Capacity: capacity})
 	if err != nil {
 		t.Fatal(err)
@@ -83,9 +65,8 @@ func startInProcess(t testing.TB, preRows int, capacity uint64) *inProcess {
 		cancel()
 		<-done
 		g.Close()
-		set.Delete(context.Background())
 	})
-	return &inProcess{set: set, pg: pg, js: j, name: "t" + hex.EncodeToString(b[:]), feed: feed, stopFeeder: func() { fcancel(); <-done }}
+	return &inProcess{set: set, pg: pg, js: j, name: set.Backend().Name, feed: feed, stopFeeder: func() { fcancel(); <-done }}
 }
 
 // startFeeder starts another feeder on the set, with a gate of its own; it

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	crand "crypto/rand"
-	"encoding/hex"
 	"io"
 	"sync"
 	"testing"
@@ -31,26 +30,10 @@ func (s slowReader) Read(p []byte) (int, error) {
 // each object's bytes exactly.
 func TestGetObjectInterleavedChunks(t *testing.T) {
 	testsvc.Short(t, "starts a NATS cluster")
-	cl := testsvc.SharedNATSCluster(t)
+	j := sharedJetStream(t)
+	set := openSet(t, jetstream.Config{JetStream: j, Replicas: 1, LeaseTTL: time.Second}, "o")
+	name := set.Backend().Name
 	ctx := context.Background()
-	nc, err := connect(ctx, cl.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	j, err := js.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b [4]byte
-	crand.Read(b[:])
-	name := "o" + hex.EncodeToString(b[:])
-	var set *jetstream.Set
-	testsvc.Eventually(t, time.Minute, func() bool {
-		set, err = jetstream.Open(ctx, jetstream.Config{JetStream: j, Set: name, Replicas: 1, LeaseTTL: time.Second})
-		return err == nil
-	}, "jetstream.Open: %v", err)
-	t.Cleanup(func() { set.Delete(context.Background()) })
 	store := set.Backend().Store
 
 	objects := map[string][]byte{}
