@@ -82,20 +82,8 @@ func TestServeListensFirst(t *testing.T) {
 	pg.SQL(t, "INSERT INTO users SELECT 'user' || i || '@example.com' FROM generate_series(1, 1000) i")
 	proxy := newHeldProxy(t, fmt.Sprintf("%s:%d", pg.Host, pg.Port))
 	dsn := strings.Replace(pg.DSN, fmt.Sprintf("%s:%d", pg.Host, pg.Port), proxy.Addr(), 1)
-	front := freeAddr(t)
-	conf, respAddr, httpAddr := serveConf(t, t.TempDir(), fmt.Sprintf(`postgres-listen %s
-postgres-upstream %s:%d
-set users {
-  postgres %s
-  table users
-  column email
-  slot bg_users
-  publication bg_users
-  kind cuckoo
-  connect-timeout 2m
-  answer "SELECT email FROM users WHERE email = $1"
-}
-`, front, pg.Host, pg.Port, dsn))
+	conf, front, respAddr, httpAddr := writeFrontConf(t, pg, frontConfig{dsn: dsn, set: `connect-timeout 2m
+answer "SELECT email FROM users WHERE email = $1"`})
 
 	// Not startServe: on a server that serves only after its checks, its
 	// "listening" line would never come while the database is held.

@@ -56,22 +56,10 @@ func startUsersFront(t testing.TB, rows int) *usersFront {
 	}
 	pg.SQL(t, "VACUUM ANALYZE users")
 	t.Logf("loaded %d rows in %v", rows, time.Since(start).Round(time.Second))
-	f := &usersFront{pg: pg, bin: bin, addr: freeAddr(t)}
-	f.conf, _, f.httpAddr = serveConf(t, t.TempDir(), fmt.Sprintf(`postgres-listen %s
-postgres-upstream %s:%d
-postgres-maxclients 400
-set users {
-  postgres %s
-  table users
-  column email
-  slot bg_users
-  publication bg_users
-  kind cuckoo
-  capacity %d
-  max-lag 3s
-  answer %q
-}
-`, f.addr, pg.Host, pg.Port, pg.DSN, 2*rows+1_000_000, usersAnswer))
+	f := &usersFront{pg: pg, bin: bin}
+	f.conf, f.addr, _, f.httpAddr = writeFrontConf(t, pg, frontConfig{top: "postgres-maxclients 400", set: fmt.Sprintf(`capacity %d
+max-lag 3s
+answer %q`, 2*rows+1_000_000, usersAnswer)})
 	start = time.Now()
 	f.srv = startServe(t, bin, "-config", f.conf)
 	waitReadyz(t, f.httpAddr, 30*time.Minute)

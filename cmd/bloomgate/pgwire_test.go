@@ -43,17 +43,29 @@ type pgFront struct {
 
 const frontAnswer = "SELECT email, name FROM users WHERE email = $1"
 
-// startPGFront starts a followed cluster with users(email text, name text)
-// and the server with postgres-listen in front of it, and waits until the
-// set is ready.
-func startPGFront(t testing.TB, extra string) *pgFront {
+// frontConfig is what a test's server with the PostgreSQL front end
+// differs in (see writeFrontConf).
+type frontConfig struct {
+	top string // top-level lines (postgres-maxclients, TLS …)
+	set string // lines of set users after the common ones (answer, max-lag …)
+	dsn string // the set's connection string; "": pg.DSN
+}
+
+// writeFrontConf writes a server config: the PostgreSQL front end on a free
+// loopback address relaying to pg, and a set users following pg's users
+// table by email (slot and publication bg_users, a cuckoo filter). It
+// returns the config's path and the front end's, RESP and HTTP addresses.
+func writeFrontConf(t testing.TB, pg *testsvc.PG, fc frontConfig) (conf, front, respAddr, httpAddr string) {
 	t.Helper()
-	testsvc.Short(t, "starts a PostgreSQL cluster and the server")
-	bin := buildBinary(t)
-	pg := newFollowedDB(t)
-	pg.SQL(t, "INSERT INTO users SELECT 'user' || i || '@example.com', 'name' || i FROM generate_series(0, 999) i")
-	front := freeAddr(t)
-	conf, _, httpAddr := serveConf(t, t.TempDir(), fmt.Sprintf(`postgres-listen %s
+	if fc.dsn == "" {
+		fc.dsn = pg.DSN
+	}
+	var set strings.Builder
+	for l := range strings.Lines(strings.TrimSpace(fc.set)) {
+		set.WriteString("  " + strings.TrimSpace(l) + "\n")
+	}
+	front = freeAddr(t)
+	conf, respAddr, httpAddr = serveConf(t, t.TempDir(), fmt.Sprintf(`postgres-listen %s
 postgres-upstream %s:%d
 %s
 set users {
@@ -63,12 +75,24 @@ set users {
   slot bg_users
   publication bg_users
   kind cuckoo
-  max-lag 3s
-  answer %q
-  answer "SELECT 1 FROM users WHERE email = $1::text"
-  answer "SELECT users.email AS users_email, users.name AS users_name FROM users WHERE users.email = $1"
+%s}
+`, front, pg.Host, pg.Port, fc.top, fc.dsn, set.String()))
+	return conf, front, respAddr, httpAddr
 }
-`, front, pg.Host, pg.Port, extra, pg.DSN, frontAnswer))
+
+// startPGFront starts a followed cluster with users(email text, name text)
+// and the server with postgres-listen in front of it, and waits until the
+// set is ready.
+func startPGFront(t testing.TB, extra string) *pgFront {
+	t.Helper()
+	testsvc.Short(t, "starts a PostgreSQL cluster and the server")
+	bin := buildBinary(t)
+	pg := newFollowedDB(t)
+	pg.SQL(t, "INSERT INTO users SELECT 'user' || i || '@example.com', 'name' || i FROM generate_series(0, 999) i")
+	conf, front, _, httpAddr := writeFrontConf(t, pg, frontConfig{top: extra, set: fmt.Sprintf(`max-lag 3s
+answer %q
+answer "SELECT 1 FROM users WHERE email = $1::text"
+answer "SELECT users.email AS users_email, users.name AS users_name FROM users WHERE users.email = $1"`, frontAnswer)})
 	srv := startServe(t, bin, "-config", conf)
 	waitReadyz(t, httpAddr, 60*time.Second)
 	return &pgFront{pg: pg, srv: srv, addr: front, httpAddr: httpAddr}
