@@ -106,6 +106,7 @@ func containerfileSources(t *testing.T) []string {
 // TestDeploySystemdUnit checks deploy/bloomgate.service with
 // systemd-analyze verify, its ExecStart pointed at the built binary.
 func TestDeploySystemdUnit(t *testing.T) {
+	t.Parallel()
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		t.Skip("systemd-analyze not installed")

@@ -124,6 +124,7 @@ def refused(f, want, what):
 // TTL) and a refused lookup (a key of the wrong type) are errors the caller
 // sees.
 func TestDocRecipesRevocation(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	addr := freeAddr(t)
 	startServe(t, bin, "-resp", addr, "-http", "", "-data", t.TempDir())
@@ -178,6 +179,7 @@ refused(lambda: is_revoked(tok), "WRONGTYPE", "a lookup on a key of the wrong ty
 // but returns false on other error replies), every function surfaces the
 // error reply.
 func TestDocRecipesClients(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	dbPath := sqliteUsers(t, dir, 100)

@@ -237,6 +237,7 @@ func TestExpiringFollow(t *testing.T) {
 // wal_level replica, or over a publication without updates, is a clear error
 // within seconds naming the set.
 func TestExpiringFollowConfigErrors(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	set := func(dsn, table, extra string) string {
 		return "set revoked {\n  postgres " + dsn + "\n  kind expiring\n  table " + table + "\n  column jti\n  expires-column expires_at\n" +
@@ -261,6 +262,7 @@ func TestExpiringFollowConfigErrors(t *testing.T) {
 // row another service INSERTs is present within the default max-lag. A
 // rescan-only set answered absent for it until its next rescan.
 func TestExpiringFollowDefaults(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	pg := testsvc.LogicalPostgres(t)
 	pg.SQL(t, "CREATE TABLE revocations (jti text PRIMARY KEY, expires_at timestamptz)",

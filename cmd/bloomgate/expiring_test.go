@@ -231,6 +231,7 @@ func checkRevocations(t *testing.T, rdb *redis.Client, acked []revocation, windo
 // are present, the expired ones absent, a row inserted behind the server's
 // back is seen at the next rescan, and the set cannot be deleted.
 func TestExpiringSetConfig(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	dbPath := filepath.Join(dir, "app.db")

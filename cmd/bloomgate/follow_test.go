@@ -402,6 +402,7 @@ func runServeFail(t *testing.T, bin, conf string, bound time.Duration, want ...s
 // TestServeFollowConfigErrors: every mistake a user can make in a followed
 // set's config is an error within seconds, naming the set and the key.
 func TestServeFollowConfigErrors(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	set := func(body string) string {
 		return "set users {\n  table users\n  column email\n  connect-timeout 1s\n" + body + "}\n"

@@ -77,6 +77,7 @@ func (p *heldProxy) pipe(c net.Conn) {
 // "starting". Once the database answers, the set becomes ready and answers
 // absent keys 0 and the table's keys 1.
 func TestServeListensFirst(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	pg := newFollowedDB(t)
 	pg.SQL(t, "INSERT INTO users SELECT 'user' || i || '@example.com' FROM generate_series(1, 1000) i")

@@ -689,6 +689,7 @@ func TestPGFrontReadyz(t *testing.T) {
 // a postgres-upstream URL with sslmode=require reaches PostgreSQL over
 // TLS: the binary's wiring of what serve/pgwire's TLS tests check in depth.
 func TestPGFrontTLS(t *testing.T) {
+	t.Parallel()
 	dsn := testsvc.Postgres(t)
 	ctx := context.Background()
 	direct, err := pgx.Connect(ctx, dsn)

@@ -176,6 +176,7 @@ func counts(t *testing.T, ctx context.Context, rdb *redis.Client) [3]int64 {
 // and after a restart, and after a kill -9, every acknowledged write is
 // there.
 func TestServeFullDisk(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	mnt := mountTmpfs(t, "2m")
 	data, ballast := filepath.Join(mnt, "data"), filepath.Join(mnt, "ballast")
@@ -290,6 +291,7 @@ func missing(t *testing.T, ctx context.Context, rdb *redis.Client, key string, i
 // drops only the damaged record; the server then starts with every other
 // acknowledged write.
 func TestServeLogDamage(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	addr := freeAddr(t)
@@ -492,6 +494,7 @@ func (w *fullDiskWriter) writeUntilRefused(ctx context.Context, rdb *redis.Clien
 // the same, every acknowledged BF.ADD must be there, and no CF.DEL answered 1
 // may be undone.
 func TestServeFullDiskConcurrent(t *testing.T) {
+	t.Parallel()
 	// Without snapshots, the log alone; with one every second, snapshots
 	// attempted on the full disk, log segments started for them, and
 	// restarts from a snapshot and the log after it.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -32,6 +33,15 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The parallel tests mostly wait (on real expiries, on the servers and
+	// clients they start), so without -parallel they run 4 at a time
+	// rather than GOMAXPROCS (2 on the project's machine).
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", "4")
+	}
 	testsvc.Main(m, func() {
 		if binDir != "" {
 			os.RemoveAll(binDir)
@@ -164,6 +174,7 @@ func (s *syncBuffer) String() string {
 // all three fsync policies, so a crash of the process alone loses nothing;
 // the policies differ only when the machine crashes.
 func TestKill9(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	for _, policy := range []string{"always", "everysec"} {
 		t.Run(policy, func(t *testing.T) {
