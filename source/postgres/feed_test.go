@@ -598,6 +598,7 @@ func TestFeedSlotLost(t *testing.T) {
 // TestFeedReplicaIdentity pins what each replica identity lets the feed
 // see of updates and deletes.
 func TestFeedReplicaIdentity(t *testing.T) {
+	t.Parallel() // no open transaction that would hold up the others' slot creation
 	steps := []string{
 		"INSERT INTO %s (email) VALUES ('a@x')",
 		"UPDATE %s SET email = 'b@x'",
@@ -776,6 +777,7 @@ func TestFeedSlotStatusAndHealth(t *testing.T) {
 // with ErrSlotLost. The setting is server-wide, so the test has a cluster
 // of its own.
 func TestFeedSlotInvalidated(t *testing.T) {
+	t.Parallel() // no open transaction that would hold up the others' slot creation
 	fx := feedFixtureOn(t, testsvc.NewPostgres(t, testsvc.PGOptions{}).DSN, "")
 	ctx := context.Background()
 	f := fx.feed(t)

@@ -19,6 +19,7 @@ import (
 // server had sent and no transaction coming to take the next. Afterwards
 // the gate restarts from its snapshot with every row.
 func TestFastShutdownWhileFollowing(t *testing.T) {
+	t.Parallel() // no open transaction that would hold up the others' slot creation
 	pg := testsvc.NewPostgres(t, testsvc.PGOptions{})
 	fx := feedFixtureOn(t, pg.DSN, "")
 	snaps := bloomgate.DirSnapshots(t.TempDir())

@@ -19,6 +19,7 @@ import (
 // Before, the follower took the estimate (none: the 65,536 floor) and
 // turned ready with 100,000 keys in it, at about 5× the target.
 func TestSizedFromWhatIsRead(t *testing.T) {
+	t.Parallel() // no open transaction that would hold up the others' slot creation
 	const rows, fpRate = 100_000, 0.01
 	for _, tc := range []struct {
 		name    string
