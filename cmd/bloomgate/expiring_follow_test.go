@@ -249,10 +249,14 @@ func TestExpiringFollowConfigErrors(t *testing.T) {
 			`set "revoked": follow:`, "wal_level", `"follow no"`)
 	})
 	t.Run("publication without updates", func(t *testing.T) {
+		// Not the table name of TestExpiringFollowDefaults, which runs
+		// alongside on the same cluster: the default slot name comes from
+		// it, and slot names are cluster-wide (this server dropped that
+		// test's slot from under it).
 		pg := testsvc.LogicalPostgres(t)
-		pg.SQL(t, "CREATE TABLE revocations (jti text PRIMARY KEY, expires_at timestamptz)",
-			"CREATE PUBLICATION bg_rev FOR TABLE revocations WITH (publish = 'insert')")
-		runServeFail(t, bin, set(pg.DSN, "revocations", "  publication bg_rev\n"), 15*time.Second,
+		pg.SQL(t, "CREATE TABLE revocations_ins (jti text PRIMARY KEY, expires_at timestamptz)",
+			"CREATE PUBLICATION bg_rev FOR TABLE revocations_ins WITH (publish = 'insert')")
+		runServeFail(t, bin, set(pg.DSN, "revocations_ins", "  publication bg_rev\n"), 15*time.Second,
 			`set "revoked": publication bg_rev does not publish updates`, `"follow no"`)
 	})
 }
