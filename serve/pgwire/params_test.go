@@ -37,19 +37,7 @@ func TestSeveralParameters(t *testing.T) {
 		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol}
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
-			connect := func(dsn string) *pgx.Conn {
-				cfg, err := pgx.ParseConfig(dsn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg.DefaultQueryExecMode = mode
-				c, err := pgx.ConnectConfig(ctx, cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { c.Close(ctx) })
-				return c
-			}
+			connect := func(dsn string) *pgx.Conn { return connectMode(t, dsn, mode) }
 			front, direct := connect(f.front), connect(f.dsn)
 			lookup := func(c *pgx.Conn, tenant any, key string) string {
 				rows, err := c.Query(ctx, q, tenant, key)

@@ -45,16 +45,7 @@ func TestPgBouncer(t *testing.T) {
 
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
 		t.Run(mode.String(), func(t *testing.T) {
-			cfg, err := pgx.ParseConfig(f.front)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.DefaultQueryExecMode = mode
-			c, err := pgx.ConnectConfig(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close(ctx)
+			c := connectMode(t, f.front, mode)
 			lookup := func(k string) (int, error) {
 				var n int
 				err := c.QueryRow(ctx, q, k).Scan(new(string), &n)

@@ -142,6 +142,22 @@ func newFrontEnd(t testing.TB, tweaks ...func(*Config)) *frontEnd {
 	return &frontEnd{srv: srv, set: set, reg: reg, front: front, dsn: dsn, table: table}
 }
 
+// connectMode connects to dsn with pgx in mode, closed when t ends.
+func connectMode(t testing.TB, dsn string, mode pgx.QueryExecMode) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DefaultQueryExecMode = mode
+	c, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
 func (f *frontEnd) count(t testing.TB, name string, labels ...string) float64 {
 	t.Helper()
 	mfs, err := f.reg.Gather()
@@ -327,19 +343,7 @@ func TestAnswerLater(t *testing.T) {
 	f := newFrontEnd(t, func(c *Config) { stmts, c.Statements = c.Statements, nil })
 	ctx := context.Background()
 	q := "SELECT email, n FROM " + f.table + " WHERE email = $1"
-	connect := func(mode pgx.QueryExecMode) *pgx.Conn {
-		cfg, err := pgx.ParseConfig(f.front)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.DefaultQueryExecMode = mode
-		c, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close(ctx) })
-		return c
-	}
+	connect := func(mode pgx.QueryExecMode) *pgx.Conn { return connectMode(t, f.front, mode) }
 	lookup := func(c *pgx.Conn, k string) {
 		t.Helper()
 		if err := c.QueryRow(ctx, q, k).Scan(new(string), new(int)); err != pgx.ErrNoRows {
