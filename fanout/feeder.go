@@ -37,7 +37,12 @@ type FeederConfig struct {
 	// HeartbeatInterval is how often the lease holder reads the database's
 	// head and writes it to the heartbeat (it also writes the newest
 	// position the feed delivered as transactions arrive, one write at a
-	// time). Default: 1 s.
+	// time). A starting instance can vouch for its freshness only with a
+	// head read two reads after its first look at the heartbeat (see
+	// Instance.HeadAge), so it becomes ready one to two intervals after
+	// that look at the earliest: the interval bounds how fast instances
+	// join. Each interval costs one query on the database and one write to
+	// the store. Default: 50 ms.
 	HeartbeatInterval time.Duration
 	// MaxBatch bounds the transactions per message. Default: 256.
 	MaxBatch int
@@ -48,7 +53,7 @@ type FeederConfig struct {
 
 // Defaults of FeederConfig's fields.
 const (
-	DefaultHeartbeatInterval = time.Second
+	DefaultHeartbeatInterval = 50 * time.Millisecond
 	DefaultMaxBatch          = 256
 	DefaultPublishTimeout    = 5 * time.Second
 )
