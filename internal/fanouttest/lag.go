@@ -24,6 +24,10 @@ type TimedFeed struct {
 	mu   sync.Mutex
 	ends []changefeed.Position // increasing
 	at   []time.Time
+	// lag is, per delivered transaction, its receipt less its commit time
+	// by the database's clock (the same host's in these tests): the
+	// database's own delivery, before anything of the fan-out.
+	lag []time.Duration
 }
 
 // Stream is the Feed's Stream, noting each delivery.
@@ -33,6 +37,9 @@ func (f *TimedFeed) Stream(ctx context.Context, from changefeed.Position, apply 
 		f.mu.Lock()
 		if n := len(f.ends); n == 0 || t.End > f.ends[n-1] {
 			f.ends, f.at = append(f.ends, t.End), append(f.at, now)
+		}
+		if len(t.Changes) > 0 && !t.Time.IsZero() {
+			f.lag = append(f.lag, now.Sub(t.Time))
 		}
 		f.mu.Unlock()
 		return apply(t)
@@ -72,6 +79,7 @@ type LagResult struct {
 	Rate           float64         // achieved inserts per second
 	Commit         []time.Duration // commit (the insert returned) to visible on the instance
 	Fanout         []time.Duration // the feeder's receipt of the row to visible (nil without Feed)
+	Database       []time.Duration // a transaction's commit time (the database's clock) to the feeder's receipt (nil without Feed)
 	FalseNegatives int
 }
 
@@ -91,6 +99,11 @@ func (r LagResult) String() string {
 		s += fmt.Sprintf("; feeder's receipt to visible p50 %v p99 %v max %v",
 			Quantile(r.Fanout, 0.5).Round(10*time.Microsecond), Quantile(r.Fanout, 0.99).Round(10*time.Microsecond),
 			Quantile(r.Fanout, 1).Round(10*time.Microsecond))
+	}
+	if r.Database != nil {
+		s += fmt.Sprintf("; database commit to the feeder's receipt p50 %v p99 %v max %v",
+			Quantile(r.Database, 0.5).Round(10*time.Microsecond), Quantile(r.Database, 0.99).Round(10*time.Microsecond),
+			Quantile(r.Database, 1).Round(10*time.Microsecond))
 	}
 	return s + fmt.Sprintf("; %d false negatives", r.FalseNegatives)
 }
@@ -118,6 +131,11 @@ func Lag(t testing.TB, cfg LagConfig) LagResult {
 	}
 	var mu sync.Mutex
 	var rows []row
+	if cfg.Feed != nil {
+		cfg.Feed.mu.Lock()
+		cfg.Feed.lag = cfg.Feed.lag[:0] // this run's transactions only
+		cfg.Feed.mu.Unlock()
+	}
 	ctx, stop := context.WithTimeout(context.Background(), cfg.Duration)
 	defer stop()
 	var wg sync.WaitGroup
@@ -180,6 +198,12 @@ func Lag(t testing.TB, cfg LagConfig) LagResult {
 	}
 	res.Rows = len(rows)
 	res.Rate = float64(len(rows)) / cfg.Duration.Seconds()
+	if cfg.Feed != nil {
+		cfg.Feed.mu.Lock()
+		res.Database = slices.Clone(cfg.Feed.lag)
+		cfg.Feed.mu.Unlock()
+		slices.Sort(res.Database)
+	}
 	slices.Sort(res.Commit)
 	slices.Sort(res.Fanout)
 	return res
@@ -194,6 +218,10 @@ func ReportLag(b *testing.B, r LagResult) {
 	if r.Fanout != nil {
 		b.ReportMetric(ms(Quantile(r.Fanout, 0.5)), "fanout-p50-ms")
 		b.ReportMetric(ms(Quantile(r.Fanout, 0.99)), "fanout-p99-ms")
+	}
+	if r.Database != nil {
+		b.ReportMetric(ms(Quantile(r.Database, 0.5)), "db-p50-ms")
+		b.ReportMetric(ms(Quantile(r.Database, 0.99)), "db-p99-ms")
 	}
 	b.ReportMetric(r.Rate, "inserts/s")
 	b.ReportMetric(0, "ns/op")
