@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/serve"
 	"github.com/bloomgate/bloomgate/serve/pgwire"
 	"github.com/bloomgate/bloomgate/source/postgres"
@@ -16,9 +15,9 @@ import (
 
 // answerStatements returns the statements the PostgreSQL front end
 // answers: each set's answer statements are checked (shape, then on the
-// database), and each set gets a small pool for reading the WAL insert
-// position. The returned closers close the pools; they are returned with
-// an error too.
+// database), and each set gets a connection for reading the WAL insert
+// position. The returned closers close the connections; they are
+// returned with an error too.
 func answerStatements(ctx context.Context, cfg *Config, store *serve.Store) ([]pgwire.Statement, []func(), error) {
 	var closers []func()
 	var stmts []pgwire.Statement
@@ -39,7 +38,16 @@ func answerStatements(ctx context.Context, cfg *Config, store *serve.Store) ([]p
 			return nil, closers, fmt.Errorf("set %q: answer: postgres: %w", d.Name, err)
 		}
 		closers = append(closers, pool.Close)
-		read := func(ctx context.Context) (changefeed.Position, error) { return postgres.WritePosition(ctx, pool) }
+		// The insert position on a connection of its own, bounded as long
+		// as a query waits for it (the front end's default).
+		cctx, cancel = context.WithTimeout(ctx, timeout)
+		positions, err := postgres.NewPositionReader(cctx, d.Source.DSN, pgwire.DefaultPositionTimeout)
+		cancel()
+		if err != nil {
+			return nil, closers, fmt.Errorf("set %q: answer: postgres: %w", d.Name, err)
+		}
+		closers = append(closers, func() { positions.Close() })
+		read := positions.Read
 		table, column := d.Source.Table, d.Source.Column
 		for _, sql := range d.Answers {
 			if _, err := pgwire.ParseTemplate(sql, table, column); err != nil {

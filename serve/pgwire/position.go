@@ -2,7 +2,9 @@ package pgwire
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"time"
 
 	"github.com/bloomgate/bloomgate/changefeed"
 )
@@ -27,8 +29,14 @@ type positionRead struct {
 	err  error
 }
 
-// after returns a position read that started after the call did.
-func (r *positionReader) after(ctx context.Context) (changefeed.Position, error) {
+// errPositionTimeout: the read a query waited for took longer than
+// Config.PositionTimeout.
+var errPositionTimeout = errors.New("pgwire: reading the insert position timed out")
+
+// after returns a position read that started after the call did. It waits
+// at most timeout for it, on wait (the caller's stopped timer, left
+// stopped).
+func (r *positionReader) after(ctx context.Context, timeout time.Duration, wait *time.Timer) (changefeed.Position, error) {
 	r.mu.Lock()
 	if r.next == nil {
 		r.next = &positionRead{done: make(chan struct{})}
@@ -42,6 +50,15 @@ func (r *positionReader) after(ctx context.Context) (changefeed.Position, error)
 	select {
 	case <-w.done:
 		return w.pos, w.err
+	default:
+	}
+	wait.Reset(timeout)
+	defer wait.Stop()
+	select {
+	case <-w.done:
+		return w.pos, w.err
+	case <-wait.C:
+		return 0, errPositionTimeout
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
@@ -59,7 +76,10 @@ func (r *positionReader) loop() {
 		r.next = nil // later arrivals wait for the read after this one
 		r.mu.Unlock()
 		// The read is not bound to any one waiter's context: others share
-		// it. Its bound is the reader's own (see Config.PositionTimeout).
+		// it. Its bound is the read function's own (a context made for
+		// each read would cost allocations per read); a waiter gives up
+		// after Config.PositionTimeout, and the next read waits for this
+		// one (see Statement.ReadPosition).
 		w.pos, w.err = r.read(context.Background())
 		close(w.done)
 	}

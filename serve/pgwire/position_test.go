@@ -30,9 +30,11 @@ func TestPositionReaderAfter(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			wait := time.NewTimer(time.Hour)
+			wait.Stop()
 			for range 5 {
 				before := started.Load()
-				pos, err := r.after(context.Background())
+				pos, err := r.after(context.Background(), time.Minute, wait)
 				if err != nil {
 					t.Error(err)
 					return

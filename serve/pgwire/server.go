@@ -62,7 +62,11 @@ type Statement struct {
 	// ReadPosition reads the database's WAL insert position
 	// (pg_current_wal_insert_lsn()) on a connection of the set's own; the
 	// front end calls it at most once at a time per set and shares each
-	// read among the queries that arrived before it started. Required.
+	// read among the queries that arrived before it started. It is called
+	// with a context that is never done, and must bound its read itself
+	// (postgres.PositionReader's timeout does): the queries waiting for a
+	// read give up after Config.PositionTimeout, but the next read starts
+	// only when this one has returned. Required.
 	ReadPosition func(ctx context.Context) (changefeed.Position, error)
 }
 
@@ -103,9 +107,9 @@ type Config struct {
 	// waits for its set to apply the WAL insert position read after it
 	// arrived, before it is forwarded (reason "lag"). Default: 100 ms.
 	PositionWait time.Duration
-	// PositionTimeout bounds one read of the insert position; a read that
-	// fails or times out forwards its queries (reason "position_error").
-	// Default: 1 s.
+	// PositionTimeout bounds a query's wait for a read of the insert
+	// position; a read that fails or takes longer forwards the queries
+	// waiting for it (reason "position_error"). Default: 1 s.
 	PositionTimeout time.Duration
 	// Logger receives errors and a line per refused connection. Default:
 	// discard.
@@ -297,13 +301,7 @@ func (s *Server) Answer(stmts []Statement) error {
 		}
 		r := readers[st.SetName]
 		if r == nil {
-			read := st.ReadPosition
-			timeout := s.cfg.PositionTimeout
-			r = &positionReader{read: func(ctx context.Context) (changefeed.Position, error) {
-				ctx, cancel := context.WithTimeout(ctx, timeout)
-				defer cancel()
-				return read(ctx)
-			}}
+			r = &positionReader{read: st.ReadPosition}
 			readers[st.SetName] = r
 		}
 		perSet[st.SetName]++
@@ -582,7 +580,7 @@ func (s *Server) decide(ctx context.Context, st *stmtRuntime, key []byte, wait *
 	if st.Set.MayContainAt(key, 0) {
 		return ReasonPresent
 	}
-	pos, err := st.reader.after(ctx)
+	pos, err := st.reader.after(ctx, s.cfg.PositionTimeout, wait)
 	if err != nil {
 		return ReasonPositionError
 	}

@@ -106,20 +106,17 @@ func newFrontEnd(t testing.TB, tweaks ...func(*Config)) *frontEnd {
 		admin.Exec(ctx, "INSERT INTO "+table+" VALUES ($1, $2)", k, i)
 	}
 	cfg := admin.Config()
-	var mu sync.Mutex
+	// The position read as bloomgate serve reads it.
+	positions, err := postgres.NewPositionReader(ctx, dsn, DefaultPositionTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { positions.Close() })
 	reg := prometheus.NewRegistry()
 	conf := Config{
 		Upstream: net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)),
 		Statements: []Statement{{SetName: "s", SQL: "SELECT email, n FROM " + table + " WHERE email = $1", Table: table, Column: "email",
-			Database: cfg.Database, ParamOIDs: []uint32{25}, Set: set, ReadPosition: func(ctx context.Context) (changefeed.Position, error) {
-				mu.Lock()
-				defer mu.Unlock()
-				var s string
-				if err := admin.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
-					return 0, err
-				}
-				return postgres.ParseLSN(s)
-			}}},
+			Database: cfg.Database, ParamOIDs: []uint32{25}, Set: set, ReadPosition: positions.Read}},
 		Registerer: reg,
 	}
 	for _, tw := range tweaks {
@@ -301,6 +298,49 @@ func TestForwardReasons(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(f.srv.table()[0].local); n != 3 {
 		t.Errorf("answered %v, want 3", n)
+	}
+}
+
+// TestPositionReadTimeout: a read of the insert position that does not
+// return forwards the queries waiting for it after PositionTimeout
+// (reason position_error), and those arriving while it hangs after theirs.
+func TestPositionReadTimeout(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	hang := atomic.Bool{}
+	f := newFrontEnd(t, func(c *Config) {
+		c.PositionTimeout = 50 * time.Millisecond
+		read := c.Statements[0].ReadPosition
+		c.Statements[0].ReadPosition = func(ctx context.Context) (changefeed.Position, error) {
+			if hang.Load() {
+				<-release
+			}
+			return read(ctx)
+		}
+	})
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, f.front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	q := "SELECT email, n FROM " + f.table + " WHERE email = $1"
+	lookup := func(k string) {
+		t.Helper()
+		if err := c.QueryRow(ctx, q, k).Scan(new(string), new(int)); err != pgx.ErrNoRows {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+	lookup("a") // learns the shape
+	lookup("b")
+	hang.Store(true)
+	lookup("c")
+	lookup("d")
+	if got := f.count(t, "bloomgate_pgwire_forwarded_total", "reason", ReasonPositionError); got != 2 {
+		t.Errorf("forwarded for %s: %v, want 2", ReasonPositionError, got)
+	}
+	if n := testutil.ToFloat64(f.srv.table()[0].local); n != 1 {
+		t.Errorf("answered %v, want 1", n)
 	}
 }
 
