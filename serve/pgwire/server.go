@@ -648,6 +648,7 @@ type cacheKey struct {
 
 type learned struct {
 	row *pgproto3.RowDescription // formats all text
+	raw []byte                   // the RowDescription row was decoded from, as the upstream sent it
 	gen uint64                   // the cache's generation when it was described
 }
 
@@ -657,13 +658,18 @@ func (c *learnedCache) get(k cacheKey) *learned {
 	return c.m[k]
 }
 
+// put keeps a copy of l (the caller's may change later), unless the cache
+// holds the same already.
 func (c *learnedCache) put(k cacheKey, l *learned) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if l.gen != c.gen {
 		return // described before DDL passed through
 	}
-	c.m[k] = l
+	if old := c.m[k]; old != nil && old.row == l.row && old.gen == l.gen {
+		return
+	}
+	c.m[k] = &learned{row: l.row, raw: l.raw, gen: l.gen}
 }
 
 func (c *learnedCache) clear() {

@@ -50,6 +50,7 @@ type session struct {
 	upSecret            []byte
 	closeOnce           sync.Once
 	stmts               map[string]*stmtInfo // run only
+	portals             map[string]int       // run only: portal name → configured statement (portalTmpl)
 	batch               []clientMsg          // run only: extended-protocol messages up to Sync
 	arena               []byte               // run only: the batch's messages as they came
 	batchBytes          int
@@ -67,6 +68,12 @@ type session struct {
 	params   map[string]string
 	staged   map[int]*learned // result shapes described in this session, not yet seen to run
 	idleWait chan struct{}
+
+	dec struct { // relay only: the upstream's messages account decodes
+		ready    pgproto3.ReadyForQuery
+		complete pgproto3.CommandComplete
+		row      pgproto3.RowDescription
+	}
 
 	wait *time.Timer // run only: decide's position wait, stopped between queries
 	toks []token     // run only: the tokens of the last simple query
@@ -165,7 +172,7 @@ const maxBatchBytes = 1 << 20
 func newSession(srv *Server, c net.Conn, br *bufio.Reader, startup *pgproto3.StartupMessage) *session {
 	ss := &session{srv: srv, client: c, startup: startup, cw: bufio.NewWriterSize(c, writeBufferSize),
 		cin:   msgReader{br: br, max: srv.cfg.MaxMessageSize},
-		stmts: map[string]*stmtInfo{}, params: map[string]string{}, staged: map[int]*learned{}, syncTmpl: -1}
+		stmts: map[string]*stmtInfo{}, portals: map[string]int{}, params: map[string]string{}, staged: map[int]*learned{}, syncTmpl: -1}
 	ss.user = startup.Parameters["user"]
 	ss.db = startup.Parameters["database"]
 	if ss.db == "" {
@@ -599,16 +606,16 @@ func (ss *session) matchPrepared() {
 	}
 }
 
-// portals maps portal names to configured statements for learning; a
-// portal is only as good as the last Bind seen for its name.
+// portalTmpl maps portal names to configured statements for learning
+// (set -2 looks name up, any other value binds it); a portal is only as
+// good as the last Bind seen for its name.
 func (ss *session) portalTmpl(name string, set int) int {
-	key := "\x00portal:" + name
 	if set != -2 {
-		ss.stmts[key] = &stmtInfo{tmpl: set}
+		ss.portals[name] = set // no allocation once the name is known
 		return set
 	}
-	if p := ss.stmts[key]; p != nil {
-		return p.tmpl
+	if t, ok := ss.portals[name]; ok {
+		return t
 	}
 	return -1
 }
@@ -1216,27 +1223,24 @@ func (ss *session) account(raw []byte) (bool, error) {
 		}
 	case msgRowDescription:
 		if (h.kind == 'D' || h.kind == 'Q') && h.tmpl >= 0 {
-			m, err := decodeAs(raw, &pgproto3.RowDescription{})
-			if err != nil {
+			if err := ss.learnRow(h.tmpl, raw); err != nil {
 				return false, err
 			}
-			l := ss.stagedFor(h.tmpl)
-			l.row = textRow(m)
 		}
 		if h.kind == 'D' {
 			ss.popLocked()
 		}
 	case msgCommandComplete:
 		if (h.kind == 'E' || h.kind == 'Q') && h.tmpl >= 0 {
-			m, err := decodeAs(raw, &pgproto3.CommandComplete{})
+			m, err := decodeAs(raw, &ss.dec.complete)
 			if err != nil {
 				return false, err
 			}
 			// A statement that ran for this role: its described shape
 			// is what the upstream would describe now, unless DDL
 			// passed since (the cache's generation).
-			if l := ss.staged[h.tmpl]; l != nil && l.row != nil && strings.HasPrefix(string(m.CommandTag), "SELECT ") {
-				ss.srv.cache.put(cacheKey{ss.db, ss.user, h.tmpl}, &learned{row: l.row, gen: l.gen})
+			if l := ss.staged[h.tmpl]; l != nil && l.row != nil && bytes.HasPrefix(m.CommandTag, []byte("SELECT ")) {
+				ss.srv.cache.put(cacheKey{ss.db, ss.user, h.tmpl}, l)
 			}
 		}
 		if h.kind == 'E' {
@@ -1279,7 +1283,7 @@ func (ss *session) account(raw []byte) (bool, error) {
 			}
 		}
 	case msgReadyForQuery:
-		m, err := decodeAs(raw, &pgproto3.ReadyForQuery{})
+		m, err := decodeAs(raw, &ss.dec.ready)
 		if err != nil {
 			return false, err
 		}
@@ -1299,6 +1303,30 @@ func (ss *session) account(raw []byte) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// learnRow stages the result shape of configured statement tmpl from a
+// RowDescription the upstream sent for it. Each forwarded execution's
+// shape is checked, so that a change made behind the front end's back is
+// learned too; one the session (or, through the cache, another session)
+// has learned already, byte for byte, is not decoded again.
+func (ss *session) learnRow(tmpl int, raw []byte) error {
+	l := ss.stagedFor(tmpl)
+	if l.row != nil && bytes.Equal(l.raw, raw) {
+		return nil
+	}
+	if c := ss.srv.cache.get(cacheKey{ss.db, ss.user, tmpl}); c != nil && c.gen == l.gen && bytes.Equal(c.raw, raw) {
+		l.row, l.raw = c.row, c.raw
+		return nil
+	}
+	m, err := decodeAs(raw, &ss.dec.row)
+	if err != nil {
+		return err
+	}
+	// Both new: what is staged may be shared through the cache, and is
+	// never changed in place.
+	l.row, l.raw = textRow(m), bytes.Clone(raw)
+	return nil
 }
 
 func (ss *session) stagedFor(tmpl int) *learned {
