@@ -16,7 +16,8 @@ import (
 // process answers itself: simple-protocol queries with a literal key (as
 // psycopg2 sends them) and pgx's extended-protocol batch, from 8 clients.
 // Clients read the replies into their own buffers, so allocs/op are the
-// front end's (profile with -memprofile).
+// front end's (profile with -memprofile); cpu-µs/op is this process's CPU
+// (the front end and the clients) per lookup.
 //
 //	go test -run XXX -bench AnswerLocal -benchmem ./serve/pgwire
 func BenchmarkAnswerLocal(b *testing.B) {
@@ -55,6 +56,7 @@ func BenchmarkAnswerLocal(b *testing.B) {
 			b.SetParallelism(clients / runtime.GOMAXPROCS(0))
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu0 := processCPU()
 			b.RunParallel(func(pb *testing.PB) {
 				c := <-next
 				var msg []byte
@@ -100,6 +102,9 @@ func BenchmarkAnswerLocal(b *testing.B) {
 				}
 			})
 			b.StopTimer()
+			// This process's CPU per lookup: the front end's and its
+			// clients', the same work in every run.
+			b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
 			if got := f.count(b, "bloomgate_pgwire_answered_total") - before; got < float64(b.N) {
 				b.Fatalf("answered %v of %d lookups locally", got, b.N)
 			}

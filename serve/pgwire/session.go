@@ -79,6 +79,11 @@ type session struct {
 	toks []token     // run only: the tokens of the last simple query
 	ab   answerScratch
 	slab msgSlab
+	// lastParse is the last Parse decoded (run only), as it came.
+	lastParse struct {
+		raw []byte
+		msg pgproto3.Parse
+	}
 }
 
 // msgSlab holds the decoded messages of the batch being held back, reused
@@ -164,6 +169,9 @@ const (
 	readBufferSize  = 32 << 10
 	writeBufferSize = 32 << 10
 )
+
+// maxKeptParse bounds the Parse a session keeps decoded for its next.
+const maxKeptParse = 8 << 10
 
 // maxBatchBytes bounds the extended-protocol messages held back until their
 // Sync; a larger batch is forwarded as it comes.
@@ -470,7 +478,21 @@ func (ss *session) decodeMsg(raw []byte) (clientMsg, error) {
 	}
 	switch raw[0] {
 	case msgParse:
-		m = ss.slab.parse.get()
+		p := ss.slab.parse.get()
+		if ss.lastParse.raw != nil && bytes.Equal(raw, ss.lastParse.raw) {
+			// The same Parse as the last (a client re-preparing its
+			// unnamed statement for every query): decoded once. Its
+			// strings and OIDs are the decoder's own, never changed.
+			*p = ss.lastParse.msg
+			return clientMsg{raw: raw, msg: p}, nil
+		}
+		if _, err := decodeAs(raw, p); err != nil {
+			return clientMsg{}, err
+		}
+		if len(raw) <= maxKeptParse {
+			ss.lastParse.raw, ss.lastParse.msg = append(ss.lastParse.raw[:0], raw...), *p
+		}
+		return clientMsg{raw: raw, msg: p}, nil
 	case msgBind:
 		m = ss.slab.bind.get()
 	case msgDescribe:
