@@ -79,10 +79,11 @@ type session struct {
 	toks []token     // run only: the tokens of the last simple query
 	ab   answerScratch
 	slab msgSlab
-	// lastParse is the last Parse decoded (run only), as it came.
-	lastParse struct {
-		raw []byte
-		msg pgproto3.Parse
+	// last holds the last messages decoded (run only; decodeSame).
+	last struct {
+		parse    lastDecoded[pgproto3.Parse]
+		describe lastDecoded[pgproto3.Describe]
+		execute  lastDecoded[pgproto3.Execute]
 	}
 }
 
@@ -170,8 +171,9 @@ const (
 	writeBufferSize = 32 << 10
 )
 
-// maxKeptParse bounds the Parse a session keeps decoded for its next.
-const maxKeptParse = 8 << 10
+// maxKeptDecoded bounds a message a session keeps decoded for its next
+// (decodeSame).
+const maxKeptDecoded = 8 << 10
 
 // maxBatchBytes bounds the extended-protocol messages held back until their
 // Sync; a larger batch is forwarded as it comes.
@@ -472,38 +474,45 @@ func mustEncode(m interface{ Encode([]byte) ([]byte, error) }) []byte {
 // session's message structs (see msgSlab); the decoded message shares raw's
 // memory.
 func (ss *session) decodeMsg(raw []byte) (clientMsg, error) {
-	var m interface {
-		pgproto3.FrontendMessage
-		Decode([]byte) error
-	}
 	switch raw[0] {
 	case msgParse:
-		p := ss.slab.parse.get()
-		if ss.lastParse.raw != nil && bytes.Equal(raw, ss.lastParse.raw) {
-			// The same Parse as the last (a client re-preparing its
-			// unnamed statement for every query): decoded once. Its
-			// strings and OIDs are the decoder's own, never changed.
-			*p = ss.lastParse.msg
-			return clientMsg{raw: raw, msg: p}, nil
-		}
-		if _, err := decodeAs(raw, p); err != nil {
-			return clientMsg{}, err
-		}
-		if len(raw) <= maxKeptParse {
-			ss.lastParse.raw, ss.lastParse.msg = append(ss.lastParse.raw[:0], raw...), *p
-		}
-		return clientMsg{raw: raw, msg: p}, nil
+		return decodeSame(&ss.last.parse, raw, ss.slab.parse.get())
 	case msgBind:
-		m = ss.slab.bind.get()
+		return decodeSame(nil, raw, ss.slab.bind.get())
 	case msgDescribe:
-		m = ss.slab.describe.get()
+		return decodeSame(&ss.last.describe, raw, ss.slab.describe.get())
 	case msgExecute:
-		m = ss.slab.execute.get()
-	case msgClose:
-		m = ss.slab.close.get()
+		return decodeSame(&ss.last.execute, raw, ss.slab.execute.get())
+	default: // msgClose
+		return decodeSame(nil, raw, ss.slab.close.get())
+	}
+}
+
+// lastDecoded is the last message of a type decoded, as it came.
+type lastDecoded[T any] struct {
+	raw []byte
+	msg T
+}
+
+// decodeSame decodes raw into m, or copies last's message when raw is the
+// same as last's (a client re-preparing its unnamed statement and
+// executing its unnamed portal for every query): each is decoded once. A
+// decoded message's strings and slices are the decoder's own, never
+// changed, so copies share them safely. last may be nil.
+func decodeSame[T any, PT interface {
+	*T
+	pgproto3.FrontendMessage
+	Decode([]byte) error
+}](last *lastDecoded[T], raw []byte, m PT) (clientMsg, error) {
+	if last != nil && last.raw != nil && bytes.Equal(raw, last.raw) {
+		*m = last.msg
+		return clientMsg{raw: raw, msg: m}, nil
 	}
 	if _, err := decodeAs(raw, m); err != nil {
 		return clientMsg{}, err
+	}
+	if last != nil && len(raw) <= maxKeptDecoded {
+		last.raw, last.msg = append(last.raw[:0], raw...), *m
 	}
 	return clientMsg{raw: raw, msg: m}, nil
 }

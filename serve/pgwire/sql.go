@@ -211,13 +211,18 @@ func lowerIdent(s string) string {
 	return string(b)
 }
 
-// keywords are the words the configured statements' shape is made of
-// (interned by lowerIdent).
+// keywords are the words the configured statements' shape is made of, and
+// those of the statements relayed most, interned by lowerIdent (nothing
+// else reads them).
 var keywords = func() map[string]string {
 	m := map[string]string{}
 	for _, w := range strings.Fields("select from where and or not in is null as on join inner left right full outer cross " +
 		"limit offset order by group having distinct all any some union intersect except for update share nowait skip locked " +
-		"with text varchar character varying collate asc desc true false between like ilike similar to cast exists case when then else end") {
+		"with text varchar character varying collate asc desc true false between like ilike similar to cast exists case when then else end " +
+		// Words of the statements a front end relays most (pgbench's among
+		// them): interned too, so that scanning them allocates nothing.
+		"begin start transaction commit rollback abort savepoint release insert into values set delete returning " +
+		"default current_timestamp now show") {
 		m[w] = w
 	}
 	return m
