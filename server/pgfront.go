@@ -62,6 +62,7 @@ func answerStatements(ctx context.Context, cfg *Config, store *serve.Store) ([]p
 			stmts = append(stmts, pgwire.Statement{SetName: d.Name, SQL: sql, Table: table, Column: column,
 				Database: db, ParamOIDs: oids, Set: set, ReadPosition: read})
 		}
+		pool.Close() // the checks' only: the reads have their own connection
 	}
 	return stmts, closers, nil
 }
