@@ -427,3 +427,49 @@ func TestAnswerLater(t *testing.T) {
 		t.Errorf("a second Answer: %v, want ErrAnswering", err)
 	}
 }
+
+// TestShapeChangedBehindFrontEnd: a column's type changed straight on the
+// database, where the front end cannot see the DDL, is learned from the
+// next forwarded execution of the statement (each forwarded RowDescription
+// is compared with the one learned), and local answers describe the new
+// type from then on.
+func TestShapeChangedBehindFrontEnd(t *testing.T) {
+	f := newFrontEnd(t)
+	ctx := context.Background()
+	c := connectMode(t, f.front, pgx.QueryExecModeExec)
+	q := "SELECT email, n FROM " + f.table + " WHERE email = $1"
+	nType := func(k string, wantRows int) uint32 {
+		t.Helper()
+		rows, err := c.Query(ctx, q, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		if err := rows.Err(); err != nil || n != wantRows {
+			t.Fatalf("%s: %d rows, %v; want %d", k, n, err, wantRows)
+		}
+		return rows.FieldDescriptions()[1].DataTypeOID
+	}
+	local := func() float64 { return testutil.ToFloat64(f.srv.table()[0].local) }
+	nType("absent-1", 0) // learns the shape
+	if oid := nType("absent-2", 0); oid != 23 || local() != 1 {
+		t.Fatalf("answered %v locally, n described as type %d; want 1, int4 (23)", local(), oid)
+	}
+	admin, err := pgx.Connect(ctx, f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "ALTER TABLE "+f.table+" ALTER COLUMN n TYPE bigint"); err != nil {
+		t.Fatal(err)
+	}
+	if oid := nType("k1", 1); oid != 20 { // forwarded: the key is present
+		t.Fatalf("present key through the front end: n described as type %d, want int8 (20)", oid)
+	}
+	if oid := nType("absent-3", 0); oid != 20 || local() != 2 {
+		t.Errorf("answered %v locally, n described as type %d; want 2, int8 (20)", local(), oid)
+	}
+}
