@@ -3,7 +3,9 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"net/url"
 	"testing"
 	"time"
 
@@ -25,7 +27,17 @@ func TestPositionReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close(ctx)
-	r, err := postgres.NewPositionReader(ctx, dsn, time.Second)
+	// Its own application_name, so that only its backend is ended below
+	// (the shared cluster serves other tests' readers too).
+	app := fmt.Sprintf("bloomgate-position-test-%d", time.Now().UnixNano())
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs := u.Query()
+	qs.Set("application_name", app)
+	u.RawQuery = qs.Encode()
+	r, err := postgres.NewPositionReader(ctx, u.String(), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,8 +66,10 @@ func TestPositionReader(t *testing.T) {
 	}
 	between()
 	// Its backend ended: one read fails, the next reconnects.
-	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_current_wal_insert_lsn()' AND pid <> pg_backend_pid()"); err != nil {
-		t.Fatal(err)
+	var ended int
+	if err := admin.QueryRow(ctx, "WITH p AS MATERIALIZED (SELECT pid FROM pg_stat_activity WHERE application_name = $1) "+
+		"SELECT count(*) FROM p WHERE pg_terminate_backend(p.pid)", app).Scan(&ended); err != nil || ended != 1 {
+		t.Fatalf("ended %d backends of the reader, %v; want 1", ended, err)
 	}
 	testsvc.Eventually(t, 5*time.Second, func() bool {
 		_, err := r.Read(ctx)
