@@ -108,6 +108,8 @@ type Server struct {
 	total    atomic.Uint64
 	rejected atomic.Uint64
 	commands atomic.Uint64
+
+	plainIO bool // serve through net.Conn's Read and Write only (tests of that path)
 }
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -384,8 +386,12 @@ type conn struct {
 
 func (s *Server) newConn(nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, id: s.nextID.Add(1), authed: s.cfg.Password == "", accepted: time.Now()}
-	c.r = reader{br: bufio.NewReaderSize(nc, readBufferSize), maxInline: s.cfg.MaxInlineLen}
-	c.w = writer{bw: bufio.NewWriterSize(nc, 16<<10), proto: 2}
+	var rw io.ReadWriter = nc
+	if raw := newRawIO(nc); raw != nil && !s.plainIO {
+		rw = raw
+	}
+	c.r = reader{br: bufio.NewReaderSize(rw, readBufferSize), maxInline: s.cfg.MaxInlineLen}
+	c.w = writer{bw: bufio.NewWriterSize(rw, 16<<10), proto: 2}
 	c.setLimits()
 	return c
 }
