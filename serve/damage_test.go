@@ -12,6 +12,14 @@ import (
 	"testing"
 
 	"github.com/bloomgate/bloomgate/internal/crc32c"
+	"github.com/bloomgate/bloomgate/serve/durable"
+)
+
+// The log format (see package durable): a segment's magic, a record's
+// frame header.
+const (
+	segmentMagicLen = 8
+	recordHeaderLen = 16
 )
 
 // writeSeries writes a BF.RESERVE of "first", then n single-item BF.ADDs to
@@ -33,14 +41,13 @@ func writeSeries(t *testing.T, dir string, n int) (string, []int64) {
 		}
 	}
 	crash(s)
-	segs, _ := listSegments(dir)
-	path := filepath.Join(dir, segmentName(segs[len(segs)-1]))
+	path := lastSegment(t, dir)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var offs []int64
-	for off := int64(len(segmentMagic)); off < int64(len(data)); {
+	for off := int64(segmentMagicLen); off < int64(len(data)); {
 		offs = append(offs, off)
 		off += recordHeaderLen + int64(binary.LittleEndian.Uint64(data[off:]))
 	}
@@ -159,12 +166,7 @@ func TestTornTails(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			path, _ := writeSeries(t, dir, 50)
-			f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.Write(tt.tail)
-			f.Close()
+			appendTo(t, path, tt.tail)
 			var logBuf bytes.Buffer
 			s := openStore(t, Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})
 			for i, ok := range held(s.MayContain("bf", items("s", 50))) {
@@ -217,7 +219,7 @@ func TestCorruptNewestSnapshot(t *testing.T) {
 	if !strings.Contains(logBuf.String(), "snapshot is damaged") {
 		t.Errorf("no word of the damaged snapshot; log:\n%s", logBuf.String())
 	}
-	if _, err := os.Stat(newest + damagedSuffix); err != nil {
+	if _, err := os.Stat(newest + ".damaged"); err != nil {
 		t.Errorf("the damaged snapshot is not kept aside: %v", err)
 	}
 }
@@ -255,9 +257,9 @@ func TestCorruptSnapshotsNoFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	crash(s)
-	gens, _ := snapshotGens(dir)
+	gens, _ := durable.Snapshots(dir)
 	for _, g := range gens {
-		corrupt(t, filepath.Join(dir, g.name))
+		corrupt(t, g)
 	}
 	_, err = Open(Config{DataDir: dir})
 	if !errors.Is(err, ErrCorruptSnapshot) || !strings.Contains(err.Error(), "bloomgate serve check") {
@@ -268,8 +270,8 @@ func TestCorruptSnapshotsNoFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range gens {
-		if _, err := os.Stat(filepath.Join(rep.Backup, g.name)); err != nil {
-			t.Errorf("damaged snapshot %s not kept: %v", g.name, err)
+		if _, err := os.Stat(filepath.Join(rep.Backup, filepath.Base(g))); err != nil {
+			t.Errorf("damaged snapshot %s not kept: %v", g, err)
 		}
 	}
 	r := openStore(t, Config{DataDir: dir})
@@ -290,3 +292,16 @@ func corrupt(t *testing.T, path string) {
 }
 
 func crc32cOf(b []byte) uint32 { return crc32c.Checksum(b) }
+
+// appendTo appends b to the file at path.
+func appendTo(t *testing.T, path string, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -15,6 +15,8 @@
 //     fsync policy like Redis' appendfsync (see Fsync), and snapshots of the
 //     whole keyspace are written atomically, periodically and on Close, after
 //     which the log is compacted. Open loads the snapshot and replays the log.
+//     The log, snapshots, recovery and the check are package serve/durable's;
+//     what the records and snapshot entries say is this package's (record.go).
 //     Each kind is one type behind one interface (objects.go).
 //   - Table-backed sets, declared in Config.Sets: a bloomgate.Gate each, built
 //     from a table (PostgreSQL or SQLite) and kept fresh by the gate. Their
@@ -26,7 +28,7 @@
 //     periodically (see windowed_set.go); not stored on disk either.
 //
 // A Store is safe for concurrent use. Lock order: Store.snapMu, then
-// Store.mu, then object.mu, then appendLog.syncMu, then appendLog.mu. Writes
+// Store.mu, then object.mu, then durable.Log's own (syncMu, then mu). Writes
 // wait for an fsync (FsyncAlways) only after releasing Store.mu and
 // object.mu.
 //

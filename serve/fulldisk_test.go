@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bloomgate/bloomgate/serve/durable"
 )
 
 // faultFS creates real segment files whose writes fail with ENOSPC while
@@ -23,11 +25,11 @@ type faultFile struct {
 	fs *faultFS
 }
 
-func (fs *faultFS) create(path string) (logFile, error) {
+func (fs *faultFS) Create(path string) (durable.File, error) {
 	if fs.createFails.Load() {
 		return nil, &os.PathError{Op: "open", Path: path, Err: syscall.EIO}
 	}
-	f, err := osFS{}.create(path)
+	f, err := durable.OSFS{}.Create(path)
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,10 @@
 package serve
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/bloomgate/bloomgate/serve/durable"
 )
 
 // TestReplayOtherKindsRecord: a log record of one kind's command for a key
@@ -16,12 +16,7 @@ func TestReplayOtherKindsRecord(t *testing.T) {
 	p := ExpiringParams{MaxTTL: time.Hour, Capacity: 100}.withDefaults()
 	for _, op := range []byte{opAdd, opAddNX, opRemove} {
 		dir := t.TempDir()
-		seg := []byte(segmentMagic)
-		seg = (&record{lsn: 1, op: opCreate, name: "x", spec: p}).appendFrame(seg)
-		seg = (&record{lsn: 2, op: op, name: "x", hashes: []uint64{1, 2}}).appendFrame(seg)
-		if err := os.WriteFile(filepath.Join(dir, segmentName(1)), seg, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeLog(t, dir, &record{op: opCreate, name: "x", spec: p}, &record{op: op, name: "x", hashes: []uint64{1, 2}})
 		s, err := Open(Config{DataDir: dir})
 		if err != nil {
 			t.Fatalf("op %d: %v", op, err)
@@ -32,6 +27,24 @@ func TestReplayOtherKindsRecord(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// writeLog writes a log of the records recs in dir, through the log
+// itself: records no command writes.
+func writeLog(t *testing.T, dir string, recs ...*record) {
+	t.Helper()
+	l, err := durable.Open(dir, durable.Options{MaxRecord: 1 << 20, MaxEntry: 1 << 20}, replayer{&Store{keys: map[string]*object{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if _, _, err := l.Append(r.appendBody); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -3,20 +3,21 @@ package serve
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"math"
 	"time"
 
-	"github.com/bloomgate/bloomgate/internal/crc32c"
+	"github.com/bloomgate/bloomgate/serve/durable"
 )
 
-// Log records and snapshot entries share one encoding, little-endian:
+// Log records, snapshot entries and dumps share one encoding, little-endian:
 //
-//	u64 lsn | u8 op | u32 name length | name | body
+//	u64 lsn | u8 op | u32 name length | name | args
 //
-// with the body by op:
+// In the log, package durable frames and numbers each record and holds the
+// u64 lsn; what follows it is the record's body, this package's. The args
+// by op:
 //
 //	opCreate  meta
 //	opAdd     u32 n | n × u64 key hash (filter.Hash, the filter's seed)
@@ -34,9 +35,8 @@ import (
 //	        | cuckoo: u64 capacity | u32 bucket size | u32 max iterations | u32 expansion | u8 no-expansion
 //	        | expiring: see expiringMeta in windowed_record.go
 //
-// In the log each record is framed (see logformat.go) as
-//
-//	u64 payload length | u32 CRC-32C of the payload | u32 CRC-32C of the 12 bytes before it | payload
+// A snapshot entry is an opPut record (see snapshot.go); a dump is one
+// with an empty name and lsn 0 (see dump.go).
 //
 // Replay applies a record with the same rules as the command that wrote it,
 // and those rules are deterministic (a cuckoo insert that failed fails again
@@ -58,11 +58,10 @@ const (
 	opXAdd   byte = 7
 )
 
-// recordHeaderLen is the frame header: length and two checksums.
-const recordHeaderLen = 16
-
-// errBadRecord reports a record that does not decode.
-var errBadRecord = errors.New("serve: malformed record")
+// errBadRecord reports a record that does not decode. It wraps
+// durable.ErrMalformed, so a log record that does not decode counts as
+// damage to the log.
+var errBadRecord = fmt.Errorf("serve: %w", durable.ErrMalformed)
 
 type record struct {
 	lsn    uint64
@@ -77,20 +76,14 @@ type record struct {
 	expiry int64
 }
 
-// appendFrame appends r framed for the log.
-func (r *record) appendFrame(dst []byte) []byte {
-	start := len(dst)
-	dst = append(dst, make([]byte, recordHeaderLen)...)
-	dst = r.appendPayload(dst)
-	payload := dst[start+recordHeaderLen:]
-	binary.LittleEndian.PutUint64(dst[start:], uint64(len(payload)))
-	binary.LittleEndian.PutUint32(dst[start+8:], crc32c.Checksum(payload))
-	binary.LittleEndian.PutUint32(dst[start+12:], crc32c.Checksum(dst[start:start+12]))
-	return dst
+// appendPayload appends r whole: its lsn, then its body.
+func (r *record) appendPayload(b []byte) []byte {
+	return r.appendBody(binary.LittleEndian.AppendUint64(b, r.lsn))
 }
 
-func (r *record) appendPayload(b []byte) []byte {
-	b = binary.LittleEndian.AppendUint64(b, r.lsn)
+// appendBody appends r after its lsn: what a log record holds after the
+// LSN durable.Log.Append gives it.
+func (r *record) appendBody(b []byte) []byte {
 	b = append(b, r.op)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(r.name)))
 	b = append(b, r.name...)
@@ -177,11 +170,22 @@ func (d *decoder) u64() uint64 {
 	return 0
 }
 
-// decodePayload decodes a record payload. It validates parameters, so a
-// decoded create or put can be built without surprises.
+// decodePayload decodes a record whole (lsn and body).
 func decodePayload(b []byte) (*record, error) {
 	d := &decoder{b: b}
-	r := &record{lsn: d.u64(), op: d.u8()}
+	return d.record(d.u64())
+}
+
+// decodeBody decodes the body of the log record lsn.
+func decodeBody(lsn uint64, body []byte) (*record, error) {
+	d := &decoder{b: body}
+	return d.record(lsn)
+}
+
+// record decodes a record's body, with the lsn read before it. It validates
+// parameters, so a decoded create or put can be built without surprises.
+func (d *decoder) record(lsn uint64) (*record, error) {
+	r := &record{lsn: lsn, op: d.u8()}
 	r.name = string(d.take(uint64(d.u32())))
 	switch r.op {
 	case opCreate:

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/bloomgate/bloomgate/serve/durable"
 )
 
 // TestSnapshotLoadAllocatesTableOnce: a filter read from a snapshot is
@@ -27,10 +29,19 @@ func TestSnapshotLoadAllocatesTableOnce(t *testing.T) {
 	}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, objs, err := readSnapshotFile(path, defaultMaxFilterBytes, time.Now)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := durable.NewSnapshotReader(f, st.Size(), defaultMaxFilterBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := loadEntries(r, defaultMaxFilterBytes, time.Now)
 	runtime.ReadMemStats(&after)
 	if err != nil || len(objs) != 1 {
-		t.Fatalf("readSnapshotFile: %d keys, %v", len(objs), err)
+		t.Fatalf("loadEntries: %d keys, %v", len(objs), err)
 	}
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(st.Size())+uint64(st.Size())/8 {
 		t.Errorf("loading a snapshot of %d bytes allocated %d bytes; want the filter's table allocated once", st.Size(), alloc)

@@ -6,31 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/bloomgate/bloomgate/changefeed"
-)
-
-// Fsync is the log's fsync policy, as Redis' appendfsync.
-type Fsync string
-
-const (
-	// FsyncAlways fsyncs the log before a write is acknowledged: no
-	// acknowledged write is lost, even on power loss. Concurrent writers share
-	// an fsync (group commit).
-	FsyncAlways Fsync = "always"
-	// FsyncEverySec fsyncs the log once a second. Every write reaches the
-	// operating system (write(2)) before it is acknowledged, so a crash of the
-	// server process loses nothing; a crash of the machine loses at most
-	// about the last second.
-	FsyncEverySec Fsync = "everysec"
-	// FsyncNo never fsyncs the log; the operating system writes it back when
-	// it chooses. A crash of the server process loses nothing.
-	FsyncNo Fsync = "no"
+	"github.com/bloomgate/bloomgate/serve/durable"
 )
 
 // Config configures Open. The zero value of every field means its default.
@@ -82,7 +64,7 @@ type Config struct {
 	// Default: changefeed.Decimal.
 	Positions changefeed.Notation
 
-	fs logFS // creates log segments; nil: the operating system's files
+	fs durable.FS // creates log segments; nil: the operating system's files
 }
 
 const (
@@ -95,8 +77,7 @@ const (
 type Store struct {
 	cfg  Config
 	log  *slog.Logger
-	aof  *appendLog // nil without DataDir
-	lock *os.File   // the DataDir lock, held until Close
+	aof  *durable.Log // nil without DataDir; holds the DataDir lock until Close
 	sets map[string]*Set
 	// badPosition is ParsePosition's error, naming Config.Positions.
 	badPosition *Error
@@ -116,9 +97,6 @@ type Store struct {
 	runCtx  context.Context
 	cancel  context.CancelFunc
 }
-
-// ErrDataDirLocked reports a DataDir that another process (or Store) holds.
-var ErrDataDirLocked = errors.New("serve: data directory locked")
 
 // Open locks cfg.DataDir (ErrDataDirLocked if another Store holds it), loads
 // the newest snapshot and replays the log from it, declares the
@@ -159,21 +137,18 @@ func Open(cfg Config) (*Store, error) {
 		s.sets[sc.Name] = set
 	}
 	if cfg.DataDir != "" {
-		if err := s.recover(); err != nil {
+		s.snapLSN = 1
+		aof, err := durable.Open(cfg.DataDir, logOptions(&cfg), replayer{s})
+		if err != nil {
 			s.closeSets()
-			if s.lock != nil {
-				s.lock.Close()
-			}
 			return nil, err
 		}
+		s.aof = aof
 	}
 	if err := s.openExpiringSets(); err != nil {
 		s.closeSets()
 		if s.aof != nil {
-			s.aof.close()
-		}
-		if s.lock != nil {
-			s.lock.Close()
+			s.aof.Close()
 		}
 		return nil, err
 	}
@@ -196,10 +171,8 @@ func fillDefaults(cfg *Config) error {
 	if cfg.Fsync == "" {
 		cfg.Fsync = FsyncEverySec
 	}
-	switch cfg.Fsync {
-	case FsyncAlways, FsyncEverySec, FsyncNo:
-	default:
-		return fmt.Errorf("serve: fsync policy %q (want always, everysec or no)", cfg.Fsync)
+	if err := cfg.Fsync.Check(); err != nil {
+		return err
 	}
 	if cfg.Positions == nil {
 		cfg.Positions = changefeed.Decimal
@@ -239,15 +212,13 @@ func (s *Store) background() {
 			return
 		case <-tick.C:
 		}
-		if s.cfg.Fsync == FsyncEverySec {
-			if err := s.aof.sync(); err != nil {
-				s.log.Error("fsync of the log failed", "err", err)
-			}
+		if err := s.aof.Tick(); err != nil {
+			s.log.Error("fsync of the log failed", "err", err)
 		}
 		due := s.dirty.Load() > 0 && time.Since(last) >= s.cfg.SnapshotInterval
 		// After a failed fsync only a snapshot makes writes possible again.
-		failed := s.aof.failure() != nil
-		if due || failed || s.aof.sizeSinceRotate() >= s.cfg.SnapshotLogBytes {
+		failed := s.aof.Failure() != nil
+		if due || failed || s.aof.SizeSinceSnapshot() >= s.cfg.SnapshotLogBytes {
 			if err := s.Snapshot(); err != nil {
 				s.log.Error("snapshot failed", "err", err)
 			}
@@ -280,15 +251,13 @@ func (s *Store) Close() error {
 	s.bgDone.Wait()
 	if s.aof != nil {
 		// Writers that passed the closed check before it was set finish
-		// their record; then the file is synced and closed.
-		if cerr := s.aof.close(); err == nil {
+		// their record; then the file is synced and closed, and the
+		// DataDir released.
+		if cerr := s.aof.Close(); err == nil {
 			err = cerr
 		}
 	}
 	s.closeSets()
-	if s.lock != nil {
-		s.lock.Close()
-	}
 	return err
 }
 
@@ -436,56 +405,6 @@ func (s *Store) Len() int {
 	return n + len(s.sets)
 }
 
-// logRecord appends r to the log (when there is one), stamps its LSN and
-// returns the log position to wait for. Call it before applying r, with the
-// object's mutex held so that log order is apply order; on error apply
-// nothing.
-func (s *Store) logRecord(r *record) (int64, error) {
-	s.dirty.Add(1)
-	if s.aof == nil {
-		return 0, nil
-	}
-	return s.aof.append(r)
-}
-
-// durableHold bounds how long a write whose fsync failed waits for the
-// snapshot that makes it durable (the background tries one every second).
-// A variable for tests.
-var durableHold = 10 * time.Second
-
-// waitDurable waits until the log position pos is as durable as the fsync
-// policy requires before a write is acknowledged.
-//
-// A failed fsync comes after the write was applied and its record written:
-// the change shows at once and may be on disk. An error reply would say
-// nothing changed, so the reply waits instead for the snapshot that
-// recovers the log (it holds every applied write) and is then an
-// acknowledgement; when none comes within durableHold, or the store closes,
-// the error is ErrOutcomeUnknown, which the protocols answer by closing the
-// connection without a reply, as a crash would.
-func (s *Store) waitDurable(pos int64) error {
-	if s.aof == nil || s.cfg.Fsync != FsyncAlways {
-		return nil
-	}
-	err := s.aof.syncTo(pos)
-	if err == nil {
-		return nil
-	}
-	done := s.aof.recovery()
-	if done == nil {
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
-	}
-	t := time.NewTimer(durableHold)
-	defer t.Stop()
-	select {
-	case <-done:
-		return nil
-	case <-s.stop:
-	case <-t.C:
-	}
-	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
-}
-
 // remeasure updates the accounted size of o after a write that may have
 // grown it. Call with o.mu held.
 func (s *Store) remeasure(o *object) {
@@ -528,12 +447,4 @@ func (s *Store) Ready() bool {
 		}
 	}
 	return s.expiringSetsReady()
-}
-
-func fileSize(f *os.File) (int64, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, err
-	}
-	return fi.Size(), nil
 }

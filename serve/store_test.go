@@ -10,16 +10,33 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bloomgate/bloomgate/serve/durable"
 )
 
 // newestSnapshot returns the path of the newest snapshot in dir.
 func newestSnapshot(t testing.TB, dir string) string {
 	t.Helper()
-	gens, err := snapshotGens(dir)
+	gens, err := durable.Snapshots(dir)
 	if err != nil || len(gens) == 0 {
 		t.Fatalf("no snapshot in %s: %v", dir, err)
 	}
-	return filepath.Join(dir, gens[0].name)
+	return gens[0]
+}
+
+// fileNumber returns the number in the name of a segment or snapshot file.
+func fileNumber(path string) string {
+	return strings.Trim(filepath.Base(path), "abcdefghijklmnopqrstuvwxyz-.")
+}
+
+// lastSegment returns the path of the newest log segment in dir.
+func lastSegment(t testing.TB, dir string) string {
+	t.Helper()
+	segs, err := durable.Segments(dir)
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("no log segment in %s: %v", dir, err)
+	}
+	return segs[len(segs)-1]
 }
 
 func openStore(t *testing.T, cfg Config) *Store {
@@ -38,8 +55,7 @@ func crash(s *Store) {
 	close(s.stop)
 	s.bgDone.Wait()
 	s.cancel()
-	s.aof.f.Close()
-	s.lock.Close()
+	s.aof.Abandon()
 }
 
 func TestDataDirLocked(t *testing.T) {
@@ -142,9 +158,9 @@ func TestDurability(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Two snapshot generations, and the log from the older one on.
-			segs, _ := listSegments(dir)
-			gens, _ := snapshotGens(dir)
-			if len(gens) != 2 || len(segs) != 2 || segs[0] != gens[1].seg {
+			segs, _ := durable.Segments(dir)
+			gens, _ := durable.Snapshots(dir)
+			if len(gens) != 2 || len(segs) != 2 || fileNumber(segs[0]) != fileNumber(gens[1]) {
 				t.Errorf("after snapshot and Close: segments %v, snapshots %v; want two of each, from the older snapshot on", segs, gens)
 			}
 			r2 := openStore(t, cfg)
@@ -165,15 +181,15 @@ func TestReplaySkipsSnapshotted(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, Config{DataDir: dir})
 	fill(t, s)
-	old, _ := listSegments(dir)
-	data, err := os.ReadFile(filepath.Join(dir, segmentName(old[0])))
+	old, _ := durable.Segments(dir)
+	data, err := os.ReadFile(old[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, segmentName(0)), data, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "log-0000000000000000.aof"), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r := openStore(t, Config{DataDir: dir})
@@ -190,8 +206,8 @@ func TestTornTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	fill(t, s)
-	s.aof.f.Write([]byte{200, 0, 0, 0, 0, 0, 0, 0, 1, 2}) // half a record
 	crash(s)
+	appendTo(t, lastSegment(t, dir), []byte{200, 0, 0, 0, 0, 0, 0, 0, 1, 2}) // half a record
 	var logBuf bytes.Buffer
 	r := openStore(t, Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})
 	check(t, r)

@@ -1,4 +1,4 @@
-package serve
+package durable
 
 import (
 	"bufio"
@@ -10,58 +10,39 @@ import (
 	"github.com/bloomgate/bloomgate/internal/crc32c"
 )
 
-// Log segment format. A segment starts with the 8 bytes "BGLOG002", then
-// holds records one after another, each framed as
-//
-//	u64 payload length | u32 CRC-32C of the payload | u32 CRC-32C of the 12 bytes before it | payload
-//
-// The header's own checksum tells a damaged length from a record cut short:
-// a record is torn (cut short by a crash while it was being written) only
-// when its header is whole and intact and the file ends before its payload
-// does, or when fewer bytes than a header remain, or when everything from the
-// record's start to the end of the file is zero bytes (a file system that
-// extended the file before the crash but never wrote the data). Only such a
-// tail, at the end of the last segment, is truncated at start; any other bad
-// record is damage, and the start stops (see LogDamageError).
-//
-// Segments written before the header existed ("legacy", no magic) frame
-// records as u64 length | u32 CRC-32C of the payload | payload; there a
-// length past the end of the file cannot be told from damage and is taken
-// for a torn tail, as before.
+// The record framing (see the package doc).
 const (
 	segmentMagic          = "BGLOG002"
-	legacyRecordHeaderLen = 12
+	recordHeaderLen       = 16 // u64 length | u32 payload CRC | u32 header CRC
+	legacyRecordHeaderLen = 12 // u64 length | u32 payload CRC
+	lsnLen                = 8  // the payload's u64 LSN before the body
 )
 
-// ErrLogDamaged reports a log record that is damaged before the end of the
-// log. Errors wrapping it are *LogDamageError.
-var ErrLogDamaged = errors.New("serve: log is damaged")
-
-// LogDamageError describes damage found in a log segment.
-type LogDamageError struct {
-	Path      string // the segment file
-	Offset    int64  // where the first bad record starts
-	Size      int64  // the segment's size
-	Reason    string // what is wrong with the record
-	LastGood  uint64 // LSN of the last good record before it (0: none)
-	NextFiles int    // segments after this one
+// appendFrame appends a framed record of LSN lsn whose body body appends.
+func appendFrame(dst []byte, lsn uint64, body func([]byte) []byte) []byte {
+	start := len(dst)
+	dst = append(dst, make([]byte, recordHeaderLen)...)
+	dst = binary.LittleEndian.AppendUint64(dst, lsn)
+	dst = body(dst)
+	payload := dst[start+recordHeaderLen:]
+	binary.LittleEndian.PutUint64(dst[start:], uint64(len(payload)))
+	binary.LittleEndian.PutUint32(dst[start+8:], crc32c.Checksum(payload))
+	binary.LittleEndian.PutUint32(dst[start+12:], crc32c.Checksum(dst[start:start+12]))
+	return dst
 }
 
-func (e *LogDamageError) Error() string {
-	return fmt.Sprintf("serve: %s is damaged at offset %d of %d (%s), with %d bytes and %d later segment files after it; "+
-		"the start is stopped so that they are not dropped: run `bloomgate serve check -data DIR` to see what a repair would lose, "+
-		"then `bloomgate serve check -repair -data DIR` (it keeps a copy of every file it changes), or restore the data directory from a backup",
-		e.Path, e.Offset, e.Size, e.Reason, e.Size-e.Offset, e.NextFiles)
-}
-
-func (e *LogDamageError) Unwrap() error { return ErrLogDamaged }
+// RecordFunc receives a record read back: its LSN and its body, which the
+// function may keep. An error wrapping ErrMalformed says the body does not
+// decode, and the record counts as damage; any other error stops the read
+// and is returned.
+type RecordFunc func(lsn uint64, body []byte) error
 
 // segmentEnd says how a segment ends.
 type segmentEnd int
 
 const (
 	endClean   segmentEnd = iota // on a whole record
-	endTorn                      // with a torn record (see the format comment)
+	endTorn                      // with a torn record (see the package doc)
 	endDamaged                   // with a damaged record before its end
 )
 
@@ -86,9 +67,9 @@ type segmentScan struct {
 	lastLSN uint64
 }
 
-// frameHeader checks the frame header hdr of a record at offset off with rem
-// bytes from off to the end of the file. It returns the payload length, or
-// the way the file ends there.
+// frameHeader checks the frame header hdr of a record with rem bytes from
+// its start to the end of the file. It returns the payload length, or the
+// way the file ends there.
 func frameHeader(hdr []byte, rem, maxRecord int64, legacy bool) (n int64, end segmentEnd, reason string) {
 	hlen := int64(recordHeaderLen)
 	if legacy {
@@ -112,10 +93,28 @@ func frameHeader(hdr []byte, rem, maxRecord int64, legacy bool) (n int64, end se
 	return int64(un), endClean, ""
 }
 
+// payload splits a record's payload into its LSN and body and hands them to
+// fn. It returns the reason the record is damaged, or "" (and fn's error
+// when it is not ErrMalformed).
+func payload(p []byte, fn RecordFunc) (lsn uint64, reason string, err error) {
+	if len(p) < lsnLen {
+		return 0, fmt.Sprintf("record of %d bytes, shorter than its LSN", len(p)), nil
+	}
+	lsn = binary.LittleEndian.Uint64(p)
+	if err := fn(lsn, p[lsnLen:]); err != nil {
+		if errors.Is(err, ErrMalformed) {
+			return lsn, err.Error(), nil
+		}
+		return lsn, "", err
+	}
+	return lsn, "", nil
+}
+
 // readSegment calls fn for each record of a log segment of size bytes read
 // from r, and reports how the segment ends. maxRecord bounds a record's
-// payload. An error from fn stops it and is returned.
-func readSegment(r io.Reader, size, maxRecord int64, fn func(*record) error) (segmentScan, error) {
+// payload. An error from fn other than ErrMalformed stops it and is
+// returned.
+func readSegment(r io.Reader, size, maxRecord int64, fn RecordFunc) (segmentScan, error) {
 	br := bufio.NewReaderSize(r, 1<<16)
 	sc := segmentScan{size: size}
 	var off int64
@@ -157,24 +156,24 @@ func readSegment(r io.Reader, size, maxRecord int64, fn func(*record) error) (se
 			sc.end, sc.reason = end, reason
 			return sc, nil
 		}
-		payload := make([]byte, n)
-		if _, err := io.ReadFull(br, payload); err != nil {
+		p := make([]byte, n)
+		if _, err := io.ReadFull(br, p); err != nil {
 			return sc, fmt.Errorf("reading at offset %d: %w", off, err)
 		}
-		if crc32c.Checksum(payload) != binary.LittleEndian.Uint32(h[8:]) {
+		if crc32c.Checksum(p) != binary.LittleEndian.Uint32(h[8:]) {
 			sc.end, sc.reason = endDamaged, "payload checksum mismatch"
 			return sc, nil
 		}
-		rec, err := decodePayload(payload)
+		lsn, reason, err := payload(p, fn)
 		if err != nil {
-			sc.end, sc.reason = endDamaged, err.Error()
-			return sc, nil
-		}
-		if err := fn(rec); err != nil {
 			return sc, err
 		}
+		if reason != "" {
+			sc.end, sc.reason = endDamaged, reason
+			return sc, nil
+		}
 		off += int64(hlen) + n
-		sc.good, sc.records, sc.lastLSN = off, sc.records+1, rec.lsn
+		sc.good, sc.records, sc.lastLSN = off, sc.records+1, lsn
 	}
 	return sc, nil
 }
@@ -207,8 +206,9 @@ func restIsZero(r io.Reader) (bool, error) {
 
 // nextGoodRecord returns the offset of the first whole, intact record of a
 // current-format segment found after from in data, or -1: after damage the
-// records that follow can be kept, found by their two checksums.
-func nextGoodRecord(data []byte, from, maxRecord int64) int64 {
+// records that follow can be kept, found by their two checksums (and valid
+// saying their body decodes).
+func nextGoodRecord(data []byte, from, maxRecord int64, valid RecordFunc) int64 {
 	for off := from; off+recordHeaderLen <= int64(len(data)); off++ {
 		hdr := data[off : off+recordHeaderLen]
 		if binary.LittleEndian.Uint32(hdr[12:]) != crc32c.Checksum(hdr[:12]) {
@@ -218,14 +218,31 @@ func nextGoodRecord(data []byte, from, maxRecord int64) int64 {
 		if n > uint64(maxRecord) || n > uint64(int64(len(data))-off-recordHeaderLen) {
 			continue
 		}
-		payload := data[off+recordHeaderLen : off+recordHeaderLen+int64(n)]
-		if crc32c.Checksum(payload) != binary.LittleEndian.Uint32(hdr[8:]) {
+		p := data[off+recordHeaderLen : off+recordHeaderLen+int64(n)]
+		if crc32c.Checksum(p) != binary.LittleEndian.Uint32(hdr[8:]) {
 			continue
 		}
-		if _, err := decodePayload(payload); err != nil {
+		if _, reason, err := payload(p, valid); reason != "" || err != nil {
 			continue
 		}
 		return off
 	}
 	return -1
+}
+
+// ReadSegment reads the records of one log segment, size bytes from r,
+// through fn. It returns nil when the segment ends on a whole record, and
+// otherwise a *LogDamageError (without Path and NextFiles) saying where
+// and why it stopped: a record cut short by a crash too, which only Open,
+// at the end of the last segment, takes for harmless. An error from fn
+// other than ErrMalformed is returned as it is.
+func ReadSegment(r io.Reader, size, maxRecord int64, fn RecordFunc) error {
+	sc, err := readSegment(r, size, maxRecord, fn)
+	if err != nil {
+		return err
+	}
+	if sc.end != endClean {
+		return &LogDamageError{Offset: sc.good, Size: size, Reason: sc.end.String() + ": " + sc.reason, LastGood: sc.lastLSN}
+	}
+	return nil
 }

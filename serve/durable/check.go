@@ -1,4 +1,4 @@
-package serve
+package durable
 
 import (
 	"bytes"
@@ -93,18 +93,16 @@ func (r *CheckReport) WriteTo(w io.Writer) (int64, error) {
 }
 
 // Check examines the snapshots and log segments in dir, which must not be
-// in use (ErrDataDirLocked otherwise). With repair it also makes the
-// directory startable: a damaged segment is rewritten without its damaged
-// records (the whole records after them are kept), a torn tail is
-// truncated, and a damaged snapshot is moved out of the way (the start then
-// falls back to the one before it, or to the log alone). Every file changed
-// or moved is first copied to a new directory repair-<time> in dir, named in
-// the report. maxFilterBytes bounds a record as Config.MaxFilterBytes does
-// (0: its default).
-func Check(dir string, repair bool, maxFilterBytes int64) (*CheckReport, error) {
-	if maxFilterBytes == 0 {
-		maxFilterBytes = defaultMaxFilterBytes
-	}
+// in use (ErrLocked otherwise), reading snapshots through rp.LoadSnapshot
+// and records through rp.Record, which must only decode what they are
+// given. With repair it also makes the directory startable: a damaged
+// segment is rewritten without its damaged records (the whole records after
+// them are kept), a torn tail is truncated, and a damaged snapshot is moved
+// out of the way (the start then falls back to the one before it, or to the
+// log alone). Every file changed or moved is first copied to a new
+// directory repair-<time> in dir, named in the report. Of opts, Check
+// reads MaxRecord and MaxEntry.
+func Check(dir string, repair bool, opts Options, rp Replayer) (*CheckReport, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, err
 	}
@@ -119,14 +117,16 @@ func Check(dir string, repair bool, maxFilterBytes int64) (*CheckReport, error) 
 		return nil, err
 	}
 	for _, g := range gens {
-		_, objs, err := readSnapshotFile(filepath.Join(dir, g.name), maxFilterBytes, time.Now)
-		rep.Snapshots = append(rep.Snapshots, SnapshotCheck{Name: g.name, Keys: len(objs), Err: err})
+		keys, err := readSnapshotFile(filepath.Join(dir, g.name), opts.MaxEntry, rp.LoadSnapshot)
+		if err != nil {
+			keys = 0
+		}
+		rep.Snapshots = append(rep.Snapshots, SnapshotCheck{Name: g.name, Keys: keys, Err: err})
 	}
 	segs, err := listSegments(dir)
 	if err != nil {
 		return nil, err
 	}
-	maxRecord := maxFilterBytes + 1<<20
 	repaired := map[string][]byte{}
 	for i, seg := range segs {
 		name := segmentName(seg)
@@ -134,7 +134,7 @@ func Check(dir string, repair bool, maxFilterBytes int64) (*CheckReport, error) 
 		if err != nil {
 			return nil, err
 		}
-		sc, fixed := checkSegment(name, data, maxRecord, i == len(segs)-1)
+		sc, fixed := checkSegment(name, data, opts.MaxRecord, i == len(segs)-1, rp.Record)
 		rep.Segments = append(rep.Segments, sc)
 		if fixed != nil {
 			repaired[name] = fixed
@@ -143,6 +143,13 @@ func Check(dir string, repair bool, maxFilterBytes int64) (*CheckReport, error) 
 	if !repair {
 		return rep, nil
 	}
+	return rep, rep.repair(repaired)
+}
+
+// repair copies the files to change to a new backup directory, then writes
+// the repaired segments and moves the damaged snapshots there.
+func (rep *CheckReport) repair(repaired map[string][]byte) error {
+	dir := rep.Dir
 	var move []string
 	for _, s := range rep.Snapshots {
 		if s.Err != nil {
@@ -150,39 +157,38 @@ func Check(dir string, repair bool, maxFilterBytes int64) (*CheckReport, error) 
 		}
 	}
 	if len(move) == 0 && len(repaired) == 0 {
-		return rep, nil
+		return nil
 	}
 	backup := filepath.Join(dir, "repair-"+time.Now().UTC().Format("20060102T150405.000000000Z"))
 	if err := os.Mkdir(backup, 0o755); err != nil {
-		return nil, err
+		return err
 	}
 	rep.Backup = backup
 	for name, fixed := range repaired {
 		path := filepath.Join(dir, name)
 		if err := copyFile(path, filepath.Join(backup, name)); err != nil {
-			return nil, err
+			return err
 		}
 		if err := atomicfile.Write(path, 0o644, func(w io.Writer) error {
 			_, err := w.Write(fixed)
 			return err
 		}); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for _, name := range move {
 		if err := os.Rename(filepath.Join(dir, name), filepath.Join(backup, name)); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return rep, atomicfile.SyncDir(dir)
+	return atomicfile.SyncDir(dir)
 }
 
 // checkSegment checks one segment and returns its repaired content when a
 // repair would change it.
-func checkSegment(name string, data []byte, maxRecord int64, last bool) (SegmentCheck, []byte) {
+func checkSegment(name string, data []byte, maxRecord int64, last bool, valid RecordFunc) (SegmentCheck, []byte) {
 	sc := SegmentCheck{Name: name, Size: int64(len(data))}
-	noop := func(*record) error { return nil }
-	scan, err := readSegment(bytes.NewReader(data), int64(len(data)), maxRecord, noop)
+	scan, err := readSegment(bytes.NewReader(data), int64(len(data)), maxRecord, valid)
 	if err != nil { // reading from memory cannot fail; keep the damage visible anyway
 		scan.end, scan.reason = endDamaged, err.Error()
 	}
@@ -205,14 +211,14 @@ func checkSegment(name string, data []byte, maxRecord int64, last bool) (Segment
 	// Drop each damaged stretch, keep the whole records between them.
 	off := scan.good
 	for off < int64(len(data)) {
-		next := nextGoodRecord(data, off+1, maxRecord)
+		next := nextGoodRecord(data, off+1, maxRecord, valid)
 		if next < 0 {
 			sc.Dropped += int64(len(data)) - off
 			break
 		}
 		sc.Dropped += next - off
 		rest := append([]byte(segmentMagic), data[next:]...)
-		more, _ := readSegment(bytes.NewReader(rest), int64(len(rest)), maxRecord, noop)
+		more, _ := readSegment(bytes.NewReader(rest), int64(len(rest)), maxRecord, valid)
 		end := next + more.good - int64(len(segmentMagic))
 		fixed = append(fixed, data[next:end]...)
 		sc.Records += more.records

@@ -1,6 +1,6 @@
 //go:build unix
 
-package serve
+package durable
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"syscall"
 )
 
-// lockDir takes an exclusive lock on DataDir, so that two servers never
+// lockDir takes an exclusive lock on dir, so that two servers never
 // write the same log. The lock is released when the returned file is closed
 // or the process exits.
 func lockDir(dir string) (*os.File, error) {
@@ -19,7 +19,7 @@ func lockDir(dir string) (*os.File, error) {
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%w: %s is in use by another process (%v)", ErrDataDirLocked, dir, err)
+		return nil, fmt.Errorf("%w: %s is in use by another process (%v)", ErrLocked, dir, err)
 	}
 	return f, nil
 }
