@@ -13,6 +13,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/crc32c"
 	"github.com/bloomgate/bloomgate/serve/durable"
+	"github.com/bloomgate/bloomgate/serve/durable/durabletest"
 )
 
 // The log format (see package durable): a segment's magic, a record's
@@ -54,18 +55,6 @@ func writeSeries(t *testing.T, dir string, n int) (string, []int64) {
 	return path, offs
 }
 
-func flipByte(t *testing.T, path string, off int64) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[off] ^= 0x20
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestLogDamage flips one byte at the start, in the middle and at the end of
 // the log. The start must stop with an error naming the file, the offset and
 // the check subcommand (not take it for a torn tail and drop the rest);
@@ -89,7 +78,7 @@ func TestLogDamage(t *testing.T) {
 			dir := t.TempDir()
 			path, offs := writeSeries(t, dir, n)
 			orig, _ := os.ReadFile(path)
-			flipByte(t, path, offs[tt.record]+tt.at)
+			durabletest.FlipByte(t, path, offs[tt.record]+tt.at)
 
 			_, err := Open(Config{DataDir: dir})
 			var de *LogDamageError
@@ -166,7 +155,7 @@ func TestTornTails(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			path, _ := writeSeries(t, dir, 50)
-			appendTo(t, path, tt.tail)
+			durabletest.AppendFile(t, path, tt.tail)
 			var logBuf bytes.Buffer
 			s := openStore(t, Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})
 			for i, ok := range held(s.MayContain("bf", items("s", 50))) {
@@ -288,20 +277,7 @@ func corrupt(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flipByte(t, path, int64(len(data)/2))
+	durabletest.FlipByte(t, path, int64(len(data)/2))
 }
 
 func crc32cOf(b []byte) uint32 { return crc32c.Checksum(b) }
-
-// appendTo appends b to the file at path.
-func appendTo(t *testing.T, path string, b []byte) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.Write(b); err != nil {
-		t.Fatal(err)
-	}
-}

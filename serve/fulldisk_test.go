@@ -3,53 +3,12 @@ package serve
 import (
 	"errors"
 	"fmt"
-	"os"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/bloomgate/bloomgate/serve/durable"
+	"github.com/bloomgate/bloomgate/serve/durable/durabletest"
 )
-
-// faultFS creates real segment files whose writes fail with ENOSPC while
-// full is set, after writing part of the record (as a disk that fills up in
-// the middle of a write does), and whose fsyncs fail with EIO while
-// syncFails is set.
-type faultFS struct {
-	full, syncFails, createFails atomic.Bool
-}
-
-type faultFile struct {
-	*os.File
-	fs *faultFS
-}
-
-func (fs *faultFS) Create(path string) (durable.File, error) {
-	if fs.createFails.Load() {
-		return nil, &os.PathError{Op: "open", Path: path, Err: syscall.EIO}
-	}
-	f, err := durable.OSFS{}.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	return &faultFile{f.(*os.File), fs}, nil
-}
-
-func (f *faultFile) Write(p []byte) (int, error) {
-	if f.fs.full.Load() {
-		n, _ := f.File.Write(p[:len(p)/2])
-		return n, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
-	}
-	return f.File.Write(p)
-}
-
-func (f *faultFile) Sync() error {
-	if f.fs.syncFails.Load() {
-		return &os.PathError{Op: "sync", Path: f.Name(), Err: syscall.EIO}
-	}
-	return f.File.Sync()
-}
 
 // writeOps runs one of each write command on keys named after round and
 // returns the first error.
@@ -82,7 +41,7 @@ func TestFullDisk(t *testing.T) {
 	for _, fsync := range []Fsync{FsyncAlways, FsyncEverySec} {
 		t.Run(string(fsync), func(t *testing.T) {
 			dir := t.TempDir()
-			fs := &faultFS{}
+			fs := &durabletest.FaultFS{}
 			cfg := Config{DataDir: dir, Fsync: fsync, fs: fs}
 			s, err := Open(cfg)
 			if err != nil {
@@ -93,7 +52,7 @@ func TestFullDisk(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			fs.full.Store(true)
+			fs.Full.Store(true)
 			for range 2 { // the retry must fail the same way
 				err := writeOps(s, 100)
 				if !errors.Is(err, ErrLogWrite) || !errors.Is(err, syscall.ENOSPC) {
@@ -127,7 +86,7 @@ func TestFullDisk(t *testing.T) {
 				t.Errorf("cuckooInfo after refused writes: %+v", info)
 			}
 
-			fs.full.Store(false)
+			fs.Full.Store(false)
 			for round := 3; round < 6; round++ {
 				if err := writeOps(s, round); err != nil {
 					t.Fatalf("write once there is room again: %v", err)
@@ -172,7 +131,7 @@ func TestFsyncFailure(t *testing.T) {
 	defer func(d time.Duration) { durableHold = d }(durableHold)
 	durableHold = 300 * time.Millisecond
 	dir := t.TempDir()
-	fs := &faultFS{}
+	fs := &durabletest.FaultFS{}
 	s, err := Open(Config{DataDir: dir, Fsync: FsyncAlways, fs: fs})
 	if err != nil {
 		t.Fatal(err)
@@ -187,19 +146,19 @@ func TestFsyncFailure(t *testing.T) {
 	// The background snapshot (every second while the log is failed)
 	// recovers, and the held write is acknowledged.
 	durableHold = 10 * time.Second
-	fs.syncFails.Store(true)
+	fs.SyncFails.Store(true)
 	if err := bfAdd("held"); err != nil {
 		t.Fatalf("a write whose fsync failed, then recovered by a snapshot: %v, want an acknowledgement", err)
 	}
-	fs.syncFails.Store(false)
+	fs.SyncFails.Store(false)
 	if err := bfAdd("after"); err != nil {
 		t.Fatalf("a write after the recovery: %v", err)
 	}
 	// No snapshot can recover (no new log segment): the outcome is unknown,
 	// never ErrLogWrite alone; a later write is refused and changes nothing.
 	durableHold = 300 * time.Millisecond
-	fs.syncFails.Store(true)
-	fs.createFails.Store(true)
+	fs.SyncFails.Store(true)
+	fs.CreateFails.Store(true)
 	if err := bfAdd("unknown"); !errors.Is(err, ErrOutcomeUnknown) {
 		t.Fatalf("a write whose fsync failed, no snapshot possible: %v, want ErrOutcomeUnknown", err)
 	}
@@ -209,8 +168,8 @@ func TestFsyncFailure(t *testing.T) {
 	if held(s.MayContain("cf", [][]byte{[]byte("refused")}))[0] {
 		t.Fatal("a refused CF.ADD changed the filter")
 	}
-	fs.syncFails.Store(false)
-	fs.createFails.Store(false)
+	fs.SyncFails.Store(false)
+	fs.CreateFails.Store(false)
 	deadline := time.Now().Add(20 * time.Second)
 	for writeOps(s, 3) != nil {
 		if time.Now().After(deadline) {

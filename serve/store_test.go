@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bloomgate/bloomgate/serve/durable"
+	"github.com/bloomgate/bloomgate/serve/durable/durabletest"
 )
 
 // newestSnapshot returns the path of the newest snapshot in dir.
@@ -207,7 +208,7 @@ func TestTornTail(t *testing.T) {
 	}
 	fill(t, s)
 	crash(s)
-	appendTo(t, lastSegment(t, dir), []byte{200, 0, 0, 0, 0, 0, 0, 0, 1, 2}) // half a record
+	durabletest.AppendFile(t, lastSegment(t, dir), []byte{200, 0, 0, 0, 0, 0, 0, 0, 1, 2}) // half a record
 	var logBuf bytes.Buffer
 	r := openStore(t, Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})
 	check(t, r)

@@ -1,4 +1,4 @@
-package durable
+package durable_test
 
 import (
 	"bytes"
@@ -10,10 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bloomgate/bloomgate/serve/durable"
+	"github.com/bloomgate/bloomgate/serve/durable/durabletest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -26,7 +28,7 @@ type texts struct {
 	records []string // "lsn text"
 }
 
-func (x *texts) LoadSnapshot(r *SnapshotReader) error {
+func (x *texts) LoadSnapshot(r *durable.SnapshotReader) error {
 	var got []string
 	for {
 		e, err := r.Next()
@@ -42,7 +44,7 @@ func (x *texts) LoadSnapshot(r *SnapshotReader) error {
 		}
 		t, ok := strings.CutPrefix(string(b), "ent:")
 		if !ok {
-			return fmt.Errorf("entry %q: %w", b, ErrMalformed)
+			return fmt.Errorf("entry %q: %w", b, durable.ErrMalformed)
 		}
 		got = append(got, t)
 	}
@@ -53,7 +55,7 @@ func (x *texts) LoadSnapshot(r *SnapshotReader) error {
 func (x *texts) Record(lsn uint64, body []byte) error {
 	t, ok := strings.CutPrefix(string(body), "rec:")
 	if !ok {
-		return fmt.Errorf("record %q: %w", body, ErrMalformed)
+		return fmt.Errorf("record %q: %w", body, durable.ErrMalformed)
 	}
 	if lsn >= x.snapLSN {
 		x.records = append(x.records, fmt.Sprint(lsn, " ", t))
@@ -65,12 +67,12 @@ func body(t string) func([]byte) []byte {
 	return func(b []byte) []byte { return append(append(b, "rec:"...), t...) }
 }
 
-var testOpts = Options{MaxRecord: 1 << 20, MaxEntry: 1 << 20}
+var testOpts = durable.Options{MaxRecord: 1 << 20, MaxEntry: 1 << 20}
 
-func open(t *testing.T, dir string, opts Options) (*Log, *texts) {
+func open(t *testing.T, dir string, opts durable.Options) (*durable.Log, *texts) {
 	t.Helper()
 	x := &texts{}
-	l, err := Open(dir, opts, x)
+	l, err := durable.Open(dir, opts, x)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -78,7 +80,7 @@ func open(t *testing.T, dir string, opts Options) (*Log, *texts) {
 	return l, x
 }
 
-func appendAll(t *testing.T, l *Log, ts ...string) {
+func appendAll(t *testing.T, l *durable.Log, ts ...string) {
 	t.Helper()
 	for _, s := range ts {
 		if _, _, err := l.Append(body(s)); err != nil {
@@ -87,8 +89,8 @@ func appendAll(t *testing.T, l *Log, ts ...string) {
 	}
 }
 
-func writeEntries(ents ...string) func(*SnapshotWriter) error {
-	return func(w *SnapshotWriter) error {
+func writeEntries(ents ...string) func(*durable.SnapshotWriter) error {
+	return func(w *durable.SnapshotWriter) error {
 		for _, e := range ents {
 			ew, err := w.Entry(uint64(len("ent:" + e)))
 			if err != nil {
@@ -133,8 +135,8 @@ func TestGolden(t *testing.T) {
 	if err := l.Snapshot(writeEntries("x", "yy")); err != nil {
 		t.Fatal(err)
 	}
-	segs, _ := Segments(dir)
-	snaps, _ := Snapshots(dir)
+	segs, _ := durable.Segments(dir)
+	snaps, _ := durable.Snapshots(dir)
 	seg, _ := os.ReadFile(segs[0])
 	snap, _ := os.ReadFile(snaps[0])
 	for name, got := range map[string][]byte{"segment.golden": seg, "snapshot.golden": snap} {
@@ -158,32 +160,20 @@ func TestGolden(t *testing.T) {
 // segment holding them, the log abandoned as a crash leaves it.
 func segmentOf(t *testing.T, dir string, ts ...string) string {
 	t.Helper()
-	l, err := Open(dir, testOpts, &texts{})
+	l, err := durable.Open(dir, testOpts, &texts{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	appendAll(t, l, ts...)
 	l.Abandon()
-	segs, _ := Segments(dir)
+	segs, _ := durable.Segments(dir)
 	return segs[len(segs)-1]
-}
-
-func appendFile(t *testing.T, path string, b []byte) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.Write(b); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestTornTail: what a crash leaves after the last whole record is cut
 // off at Open, and every record before it is kept.
 func TestTornTail(t *testing.T) {
-	whole := appendFrame(nil, 9, body("torn"))
+	whole := durable.AppendFrame(nil, 9, body("torn"))
 	for name, tail := range map[string][]byte{
 		"short header":      whole[:10],
 		"payload cut short": whole[:len(whole)-2],
@@ -192,12 +182,12 @@ func TestTornTail(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			path := segmentOf(t, dir, "a", "b")
-			appendFile(t, path, tail)
+			durabletest.AppendFile(t, path, tail)
 			_, x := open(t, dir, testOpts)
 			if fmt.Sprint(x.records) != "[1 a 2 b]" {
 				t.Errorf("records %v", x.records)
 			}
-			if fi, _ := os.Stat(path); fi.Size() != int64(len(segmentMagic)+2*len(appendFrame(nil, 1, body("a")))) {
+			if fi, _ := os.Stat(path); fi.Size() != int64(len(durable.SegmentMagic)+2*len(durable.AppendFrame(nil, 1, body("a")))) {
 				t.Errorf("segment of %d bytes after the truncation", fi.Size())
 			}
 		})
@@ -206,21 +196,23 @@ func TestTornTail(t *testing.T) {
 
 // TestDamageStops: a damaged record, a record whose body does not decode,
 // and a torn record before the last segment stop Open with a
-// *LogDamageError at its offset; Check reports it, and a repair keeps
+// *durable.LogDamageError at its offset; Check reports it, and a repair keeps
 // every other record.
 func TestDamageStops(t *testing.T) {
-	rec := len(appendFrame(nil, 1, body("a")))
+	rec := len(durable.AppendFrame(nil, 1, body("a")))
 	for _, tt := range []struct {
 		name  string
 		spoil func(path string)
 		kept  string
 	}{
-		{"payload", func(path string) { flip(t, path, int64(len(segmentMagic)+rec+recordHeaderLen+9)) }, "[1 a 3 c]"},
-		{"header", func(path string) { flip(t, path, int64(len(segmentMagic)+rec+2)) }, "[1 a 3 c]"},
+		{"payload", func(path string) {
+			durabletest.FlipByte(t, path, int64(len(durable.SegmentMagic)+rec+durable.RecordHeaderLen+9))
+		}, "[1 a 3 c]"},
+		{"header", func(path string) { durabletest.FlipByte(t, path, int64(len(durable.SegmentMagic)+rec+2)) }, "[1 a 3 c]"},
 		{"malformed body", func(path string) {
 			data, _ := os.ReadFile(path)
-			bad := appendFrame(nil, 2, func(b []byte) []byte { return append(b, "bad:b"...) })
-			copy(data[len(segmentMagic)+rec:], bad)
+			bad := durable.AppendFrame(nil, 2, func(b []byte) []byte { return append(b, "bad:b"...) })
+			copy(data[len(durable.SegmentMagic)+rec:], bad)
 			os.WriteFile(path, data, 0o644)
 		}, "[1 a 3 c]"},
 	} {
@@ -228,12 +220,12 @@ func TestDamageStops(t *testing.T) {
 			dir := t.TempDir()
 			path := segmentOf(t, dir, "a", "b", "c")
 			tt.spoil(path)
-			_, err := Open(dir, testOpts, &texts{})
-			var de *LogDamageError
-			if !errors.As(err, &de) || de.Offset != int64(len(segmentMagic)+rec) || de.Path != path || de.LastGood != 1 {
-				t.Fatalf("Open: %v (%+v), want damage at offset %d after LSN 1", err, de, len(segmentMagic)+rec)
+			_, err := durable.Open(dir, testOpts, &texts{})
+			var de *durable.LogDamageError
+			if !errors.As(err, &de) || de.Offset != int64(len(durable.SegmentMagic)+rec) || de.Path != path || de.LastGood != 1 {
+				t.Fatalf("Open: %v (%+v), want damage at offset %d after LSN 1", err, de, len(durable.SegmentMagic)+rec)
 			}
-			rep, err := Check(dir, true, testOpts, &texts{})
+			rep, err := durable.Check(dir, true, testOpts, &texts{})
 			if err != nil || rep.Backup == "" || rep.Segments[0].Kept != 1 {
 				t.Fatalf("Check -repair: %+v, %v", rep, err)
 			}
@@ -246,33 +238,21 @@ func TestDamageStops(t *testing.T) {
 	t.Run("torn before the last segment", func(t *testing.T) {
 		dir := t.TempDir()
 		path := segmentOf(t, dir, "a")
-		appendFile(t, path, appendFrame(nil, 2, body("b"))[:10])
-		later := filepath.Join(dir, segmentName(2))
-		if err := os.WriteFile(later, appendFrame([]byte(segmentMagic), 3, body("c")), 0o644); err != nil {
+		durabletest.AppendFile(t, path, durable.AppendFrame(nil, 2, body("b"))[:10])
+		later := filepath.Join(dir, durable.SegmentName(2))
+		if err := os.WriteFile(later, durable.AppendFrame([]byte(durable.SegmentMagic), 3, body("c")), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		var de *LogDamageError
-		if _, err := Open(dir, testOpts, &texts{}); !errors.As(err, &de) || de.NextFiles != 1 {
+		var de *durable.LogDamageError
+		if _, err := durable.Open(dir, testOpts, &texts{}); !errors.As(err, &de) || de.NextFiles != 1 {
 			t.Fatalf("Open: %v, want damage with 1 later file", err)
 		}
 	})
 }
 
-func flip(t *testing.T, path string, off int64) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[off] ^= 0x20
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestSnapshotFallback: a damaged newest snapshot is passed over for the
 // older one and the log since it; with every snapshot damaged and the log
-// cut, Open stops with ErrCorruptSnapshot.
+// cut, Open stops with durable.ErrCorruptSnapshot.
 func TestSnapshotFallback(t *testing.T) {
 	dir := t.TempDir()
 	l, _ := open(t, dir, testOpts)
@@ -286,13 +266,13 @@ func TestSnapshotFallback(t *testing.T) {
 	}
 	appendAll(t, l, "c")
 	l.Abandon()
-	snaps, _ := Snapshots(dir)
-	flip(t, snaps[0], 20)
+	snaps, _ := durable.Snapshots(dir)
+	durabletest.FlipByte(t, snaps[0], 20)
 	l, x := open(t, dir, testOpts)
 	if fmt.Sprint(x.entries, x.records) != "[A] [2 b 3 c]" {
 		t.Errorf("fallen back to %v and %v", x.entries, x.records)
 	}
-	if _, err := os.Stat(snaps[0] + damagedSuffix); err != nil {
+	if _, err := os.Stat(snaps[0] + durable.DamagedSuffix); err != nil {
 		t.Error("the damaged snapshot is not kept aside")
 	}
 	// Two more snapshots cut the log; then damage both.
@@ -302,11 +282,11 @@ func TestSnapshotFallback(t *testing.T) {
 		}
 	}
 	l.Abandon()
-	snaps, _ = Snapshots(dir)
+	snaps, _ = durable.Snapshots(dir)
 	for _, s := range snaps {
-		flip(t, s, 20)
+		durabletest.FlipByte(t, s, 20)
 	}
-	if _, err := Open(dir, testOpts, &texts{}); !errors.Is(err, ErrCorruptSnapshot) {
+	if _, err := durable.Open(dir, testOpts, &texts{}); !errors.Is(err, durable.ErrCorruptSnapshot) {
 		t.Fatalf("Open with every snapshot damaged: %v", err)
 	}
 }
@@ -314,9 +294,9 @@ func TestSnapshotFallback(t *testing.T) {
 // TestSnapshotEntryLength: an entry written short or long fails the
 // snapshot, and the previous one stays.
 func TestSnapshotEntryLength(t *testing.T) {
-	for name, write := range map[string]func(*SnapshotWriter) error{
-		"short": func(w *SnapshotWriter) error { _, err := w.Entry(10); return err },
-		"long": func(w *SnapshotWriter) error {
+	for name, write := range map[string]func(*durable.SnapshotWriter) error{
+		"short": func(w *durable.SnapshotWriter) error { _, err := w.Entry(10); return err },
+		"long": func(w *durable.SnapshotWriter) error {
 			ew, _ := w.Entry(2)
 			_, err := ew.Write([]byte("ent:x"))
 			return err
@@ -328,57 +308,25 @@ func TestSnapshotEntryLength(t *testing.T) {
 			if err := l.Snapshot(write); err == nil {
 				t.Fatal("snapshot with a wrong entry length succeeded")
 			}
-			if snaps, _ := Snapshots(dir); len(snaps) != 0 {
+			if snaps, _ := durable.Snapshots(dir); len(snaps) != 0 {
 				t.Errorf("a failed snapshot left %v", snaps)
 			}
 		})
 	}
 }
 
-// faultFS fails writes with ENOSPC (after half the bytes) while full is
-// set, and fsyncs with EIO while syncFails is set.
-type faultFS struct{ full, syncFails atomic.Bool }
-
-type faultFile struct {
-	*os.File
-	fs *faultFS
-}
-
-func (fs *faultFS) Create(path string) (File, error) {
-	f, err := OSFS{}.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	return &faultFile{f.(*os.File), fs}, nil
-}
-
-func (f *faultFile) Write(p []byte) (int, error) {
-	if f.fs.full.Load() {
-		n, _ := f.File.Write(p[:len(p)/2])
-		return n, syscall.ENOSPC
-	}
-	return f.File.Write(p)
-}
-
-func (f *faultFile) Sync() error {
-	if f.fs.syncFails.Load() {
-		return syscall.EIO
-	}
-	return f.File.Sync()
-}
-
 // TestFullDisk: a record that could not be written leaves nothing in the
 // log, and the next one succeeds once there is room, without a restart.
 func TestFullDisk(t *testing.T) {
 	dir := t.TempDir()
-	fs := &faultFS{}
-	l, _ := open(t, dir, Options{MaxRecord: 1 << 20, MaxEntry: 1 << 20, FS: fs})
+	fs := &durabletest.FaultFS{}
+	l, _ := open(t, dir, durable.Options{MaxRecord: 1 << 20, MaxEntry: 1 << 20, FS: fs})
 	appendAll(t, l, "a")
-	fs.full.Store(true)
+	fs.Full.Store(true)
 	if _, _, err := l.Append(body("refused")); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("Append on a full disk: %v", err)
 	}
-	fs.full.Store(false)
+	fs.Full.Store(false)
 	appendAll(t, l, "b")
 	l.Abandon()
 	_, x := open(t, dir, testOpts)
@@ -391,20 +339,20 @@ func TestFullDisk(t *testing.T) {
 // holds everything, records are refused until then, and accepted after.
 func TestFailedFsync(t *testing.T) {
 	dir := t.TempDir()
-	fs := &faultFS{}
-	l, _ := open(t, dir, Options{MaxRecord: 1 << 20, MaxEntry: 1 << 20, FS: fs, Fsync: FsyncAlways})
+	fs := &durabletest.FaultFS{}
+	l, _ := open(t, dir, durable.Options{MaxRecord: 1 << 20, MaxEntry: 1 << 20, FS: fs, Fsync: durable.FsyncAlways})
 	_, pos, err := l.Append(body("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fs.syncFails.Store(true)
+	fs.SyncFails.Store(true)
 	if err := l.Commit(pos, 50*time.Millisecond); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("Commit with a failed fsync and no snapshot: %v, want the fsync's error", err)
 	}
 	if _, _, err := l.Append(body("refused")); !errors.Is(err, syscall.EIO) || l.Failure() == nil {
 		t.Fatalf("Append after a failed fsync: %v", err)
 	}
-	fs.syncFails.Store(false)
+	fs.SyncFails.Store(false)
 	done := make(chan error, 1)
 	go func() { done <- l.Commit(pos, time.Minute) }()
 	if err := l.Snapshot(writeEntries("A")); err != nil {
@@ -417,7 +365,7 @@ func TestFailedFsync(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := l.Append(body("closed")); !errors.Is(err, ErrClosed) {
+	if _, _, err := l.Append(body("closed")); !errors.Is(err, durable.ErrClosed) {
 		t.Errorf("Append after Close: %v", err)
 	}
 }
@@ -425,11 +373,11 @@ func TestFailedFsync(t *testing.T) {
 func TestLocked(t *testing.T) {
 	dir := t.TempDir()
 	open(t, dir, testOpts)
-	if _, err := Open(dir, testOpts, &texts{}); !errors.Is(err, ErrLocked) {
-		t.Fatalf("second Open: %v, want ErrLocked", err)
+	if _, err := durable.Open(dir, testOpts, &texts{}); !errors.Is(err, durable.ErrLocked) {
+		t.Fatalf("second Open: %v, want durable.ErrLocked", err)
 	}
-	if _, err := Check(dir, false, testOpts, &texts{}); !errors.Is(err, ErrLocked) {
-		t.Fatalf("Check of a directory in use: %v, want ErrLocked", err)
+	if _, err := durable.Check(dir, false, testOpts, &texts{}); !errors.Is(err, durable.ErrLocked) {
+		t.Fatalf("Check of a directory in use: %v, want durable.ErrLocked", err)
 	}
 }
 
@@ -437,24 +385,24 @@ func TestLocked(t *testing.T) {
 // never panic, never report a good offset past the data, end clean exactly
 // when every byte was read, and find records again only inside the data.
 func FuzzReadSegment(f *testing.F) {
-	seg := []byte(segmentMagic)
+	seg := []byte(durable.SegmentMagic)
 	for i, s := range []string{"a", "bb", "ccc"} {
-		seg = appendFrame(seg, uint64(i+1), body(s))
+		seg = durable.AppendFrame(seg, uint64(i+1), body(s))
 	}
 	f.Add(seg)
 	f.Add(seg[:len(seg)-3])
-	f.Add(seg[len(segmentMagic):]) // legacy-looking
+	f.Add(seg[len(durable.SegmentMagic):]) // legacy-looking
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		x := &texts{}
-		sc, err := readSegment(bytes.NewReader(data), int64(len(data)), 1<<20, x.Record)
+		sc, err := durable.ReadSegmentRaw(bytes.NewReader(data), int64(len(data)), 1<<20, x.Record)
 		if err != nil {
 			t.Fatalf("readSegment from memory: %v", err)
 		}
-		if sc.good > int64(len(data)) || (sc.end == endClean) != (sc.good == int64(len(data))) || sc.records != len(x.records) {
-			t.Fatalf("good offset %d of %d bytes, end %v, %d records (%d seen)", sc.good, len(data), sc.end, sc.records, len(x.records))
+		if sc.Good() > int64(len(data)) || sc.Clean() != (sc.Good() == int64(len(data))) || sc.Records() != len(x.records) {
+			t.Fatalf("good offset %d of %d bytes, clean %v, %d records (%d seen)", sc.Good(), len(data), sc.Clean(), sc.Records(), len(x.records))
 		}
-		if next := nextGoodRecord(data, 0, 1<<20, x.Record); next > int64(len(data)) {
+		if next := durable.NextGoodRecord(data, 0, 1<<20, x.Record); next > int64(len(data)) {
 			t.Fatalf("next good record at %d past %d bytes", next, len(data))
 		}
 	})
@@ -463,12 +411,12 @@ func FuzzReadSegment(f *testing.F) {
 // FuzzSnapshotReader feeds arbitrary bytes to the snapshot reader.
 func FuzzSnapshotReader(f *testing.F) {
 	var good bytes.Buffer
-	writeSnapshot(&good, 7, writeEntries("a", "bb"))
+	durable.WriteSnapshot(&good, 7, writeEntries("a", "bb"))
 	f.Add(good.Bytes())
 	f.Add(good.Bytes()[:good.Len()-3])
-	f.Add(binary.LittleEndian.AppendUint64([]byte(snapshotMagic), 1))
+	f.Add(binary.LittleEndian.AppendUint64([]byte(durable.SnapshotMagic), 1))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := NewSnapshotReader(bytes.NewReader(data), int64(len(data)), 1<<20)
+		r, err := durable.NewSnapshotReader(bytes.NewReader(data), int64(len(data)), 1<<20)
 		if err != nil {
 			return
 		}

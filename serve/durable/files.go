@@ -102,10 +102,16 @@ func Snapshots(dir string) ([]string, error) {
 	return out, err
 }
 
-func fileSize(f *os.File) (int64, error) {
+// openSized opens the file at path with flag and returns it with its size.
+func openSized(path string, flag int) (*os.File, int64, error) {
+	f, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		return nil, 0, err
+	}
 	fi, err := f.Stat()
 	if err != nil {
-		return 0, err
+		f.Close()
+		return nil, 0, err
 	}
-	return fi.Size(), nil
+	return f, fi.Size(), nil
 }

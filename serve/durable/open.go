@@ -194,15 +194,11 @@ func markDamaged(dir string, names []string, log *slog.Logger) {
 // warning; any other damage stops the start with a *LogDamageError.
 func replaySegment(dir string, seg uint64, opts Options, last bool, after int, fn RecordFunc) (uint64, error) {
 	path := filepath.Join(dir, segmentName(seg))
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, size, err := openSized(path, os.O_RDWR)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
-	size, err := fileSize(f)
-	if err != nil {
-		return 0, err
-	}
 	sc, err := readSegment(f, size, opts.MaxRecord, fn)
 	if err != nil {
 		return 0, fmt.Errorf("serve: replaying %s: %w", path, err)

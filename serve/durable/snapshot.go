@@ -232,15 +232,11 @@ type SnapshotFunc func(r *SnapshotReader) error
 // number of entries. Every failure but opening the file wraps
 // ErrCorruptSnapshot.
 func readSnapshotFile(path string, maxEntry int64, fn SnapshotFunc) (int, error) {
-	f, err := os.Open(path)
+	f, size, err := openSized(path, os.O_RDONLY)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
-	size, err := fileSize(f)
-	if err != nil {
-		return 0, err
-	}
 	r, err := NewSnapshotReader(f, size, maxEntry)
 	if err != nil {
 		return 0, err
