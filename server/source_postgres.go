@@ -38,7 +38,7 @@ func openPostgres(ctx context.Context, s *SetConfig, log *slog.Logger) (*openedS
 	}
 	o := &openedSource{closers: []func(){pool.Close}}
 	src := s.Source
-	if s.Kind == KindExpiring {
+	if s.expiring() {
 		o.expiring = postgres.Expiring{Pool: pool, Table: src.Table, KeyColumn: src.Column, ExpiresColumn: s.Expiring.ExpiresColumn, Query: src.Query}
 		o.expiringFeed = func(ctx context.Context) (serve.ExpiringFeed, func(), error) {
 			feed, err := early.get(ctx, s, log)
@@ -129,7 +129,7 @@ func openFeed(ctx context.Context, s *SetConfig, log *slog.Logger) (*postgres.Fe
 	d := s.Source
 	fc := postgres.FeedConfig{ConnString: d.DSN, Table: d.Table, Column: d.Column,
 		Slot: s.Feed.Slot, Publication: s.Feed.Publication, Timeout: timeout, Logger: log}
-	if s.Kind == KindExpiring {
+	if s.expiring() {
 		fc.ValueColumn = s.Expiring.ExpiresColumn
 	}
 	feed, err := postgres.NewFeed(fc)
@@ -162,7 +162,7 @@ func openFeed(ctx context.Context, s *SetConfig, log *slog.Logger) (*postgres.Fe
 		pubName += " (named after the set's slot; the publication key names another)"
 	}
 	only, notSeen := "rebuild-only", "rows written by others are not seen until a rebuild"
-	if s.Kind == KindExpiring {
+	if s.expiring() {
 		only, notSeen = "rescan-only", "rows written without BG.XADD are not seen until a rescan"
 	}
 	if err := plan.CheckWALLevel(); err != nil {
