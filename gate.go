@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/filter"
 	"github.com/bloomgate/bloomgate/internal/defaults"
 )
@@ -39,8 +40,8 @@ var (
 	ErrFollowing = errors.New("bloomgate: the gate follows a change feed")
 	// ErrBuilding reports a build started while another one runs.
 	ErrBuilding = errors.New("bloomgate: a build is in progress")
-	// ErrClosed reports use of a closed Gate.
-	ErrClosed = errors.New("bloomgate: closed")
+	// ErrClosed reports use of a closed Gate. It is changefeed.ErrClosed.
+	ErrClosed = changefeed.ErrClosed
 )
 
 // State is the gate's state. Only in StateReady and StateRebuilding does the

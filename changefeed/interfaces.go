@@ -128,3 +128,23 @@ type SnapshotStore interface {
 	// with try's errors, when none is left.
 	Load(ctx context.Context, try func(r io.Reader) error) error
 }
+
+// ErrClosed reports use of a closed gate (bloomgate.ErrClosed is the same
+// error): a Follower that returns it has stopped for good.
+var ErrClosed = errors.New("bloomgate: closed")
+
+// Follower keeps a filter in step with a change feed: a gate as a fan-out
+// feeder drives it (bloomgate.Gate.Follower implements it; the feeder,
+// fanout.FeederConfig.Gate, gives it the feed that publishes every
+// transaction and the store its snapshots go to).
+type Follower interface {
+	// Follow applies feed until ctx is done, saving the filter's
+	// snapshots to snapshots and starting from the newest of them. It
+	// returns ctx's error, an error wrapping ErrClosed once the follower
+	// is closed, or another error when it can go on no longer (the feeder
+	// then gives up its lease and competes for it again).
+	Follow(ctx context.Context, feed Feed, snapshots SnapshotStore) error
+	// Builds counts the filters built so far (bootstraps and rebuilds):
+	// each is a new generation of the filter.
+	Builds() uint64
+}

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/defaults"
@@ -23,14 +22,12 @@ type FeederConfig struct {
 	// Feed is the database's change feed, such as source/postgres.Feed.
 	// Required. Only the lease holder uses it.
 	Feed changefeed.Feed
-	// Gate is the feeder's own gate: it follows Feed (its Config.Source
-	// sizes bootstraps) and its snapshots are the ones instances start
-	// from. Required; it may serve lookups too.
-	Gate *bloomgate.Gate
-	// Follow configures the gate's Follow: Identity (instances must use the
-	// same), SnapshotInterval (how often a snapshot is uploaded), MaxLag.
-	// Snapshots must be nil: the feeder sets it.
-	Follow bloomgate.FollowConfig
+	// Gate is the feeder's own gate, as a Follower (bloomgate.Gate.Follower,
+	// whose FollowConfig gives the Identity instances must share, how often
+	// a snapshot is uploaded, MaxLag): it follows Feed, and its snapshots
+	// are the ones instances start from. Required; the gate may serve
+	// lookups too.
+	Gate changefeed.Follower
 	// ID names this feeder in the lease. Default: host name, process id and
 	// the start time.
 	ID string
@@ -105,8 +102,6 @@ func NewFeeder(b Backend, cfg FeederConfig) (*Feeder, error) {
 	switch {
 	case cfg.Feed == nil || cfg.Gate == nil:
 		return nil, fmt.Errorf("%w: Feed and Gate are required", ErrInvalidConfig)
-	case cfg.Follow.Snapshots != nil:
-		return nil, fmt.Errorf("%w: Follow.Snapshots is set by the feeder", ErrInvalidConfig)
 	case cfg.HeartbeatInterval < 0 || cfg.MaxBatch < 0 || cfg.PublishTimeout < 0:
 		return nil, fmt.Errorf("%w: negative HeartbeatInterval, MaxBatch or PublishTimeout", ErrInvalidConfig)
 	}
@@ -122,7 +117,8 @@ func NewFeeder(b Backend, cfg FeederConfig) (*Feeder, error) {
 
 // Run competes for the lease and, while it holds it, follows Feed and
 // publishes. It returns ctx's error when ctx is done (releasing the lease),
-// or bloomgate.ErrClosed when the gate is closed.
+// or the gate's error wrapping changefeed.ErrClosed when the gate is
+// closed.
 func (f *Feeder) Run(ctx context.Context) error {
 	log := f.b.Logger
 	for {
@@ -139,9 +135,7 @@ func (f *Feeder) Run(ctx context.Context) error {
 		var wg sync.WaitGroup
 		wg.Go(func() { pub.hold(lctx) })
 		wg.Go(func() { pub.heartbeat(lctx) })
-		fcfg := f.cfg.Follow
-		fcfg.Snapshots = &snapshots{b: &f.b, pub: pub, loaded: pub.loaded}
-		err = f.cfg.Gate.Follow(lctx, pub, fcfg)
+		err = f.cfg.Gate.Follow(lctx, pub, &snapshots{b: &f.b, pub: pub, loaded: pub.loaded})
 		f.term.Store(0)
 		cancel()
 		wg.Wait()
@@ -151,7 +145,7 @@ func (f *Feeder) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errors.Is(err, bloomgate.ErrClosed) {
+		if errors.Is(err, changefeed.ErrClosed) {
 			return err
 		}
 		log.Warn("bloomgate: feeder lease lost", "set", f.b.Name, "id", f.cfg.ID, "term", term)
@@ -178,7 +172,7 @@ func (f *Feeder) acquire(ctx context.Context, lease Lease) (uint64, error) {
 	}
 }
 
-// publisher is the bloomgate.Feed the feeder's gate follows during one
+// publisher is the changefeed.Feed the feeder's gate follows during one
 // lease term: Feed, with every transaction appended to the log before it
 // is applied.
 type publisher struct {
@@ -204,7 +198,7 @@ type publisher struct {
 	headFails int                 // head reads failed in a row
 	beat      chan struct{}       // asks the heartbeat for a write now
 	baseGen   uint64              // the generation of the filter loaded (or the newest recorded)
-	baseBuild uint64              // the gate's Stats().Builds then
+	baseBuild uint64              // the gate's Builds() then
 }
 
 // startGen starts counting filter generations from the newest record's.
@@ -216,13 +210,13 @@ func (p *publisher) startGen(ctx context.Context) {
 	for _, r := range recs {
 		p.baseGen = max(p.baseGen, r.Gen)
 	}
-	p.baseBuild = p.f.cfg.Gate.Stats().Builds
+	p.baseBuild = p.f.cfg.Gate.Builds()
 }
 
 // gen is the generation of the gate's filter now: every build (a
 // bootstrap, a rebuild) since the one loaded is one more.
 func (p *publisher) gen() uint64 {
-	b := p.f.cfg.Gate.Stats().Builds
+	b := p.f.cfg.Gate.Builds()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.baseGen + b - p.baseBuild
@@ -420,7 +414,7 @@ func (p *publisher) cursorOf(pos changefeed.Position) (Cursor, bool) {
 
 // loaded learns the cursor of the snapshot the gate loaded.
 func (p *publisher) loaded(pos changefeed.Position, cur Cursor, _, gen uint64, _ bool) {
-	b := p.f.cfg.Gate.Stats().Builds
+	b := p.f.cfg.Gate.Builds()
 	p.mu.Lock()
 	p.marks = p.marks[:0]
 	p.baseGen, p.baseBuild = max(p.baseGen, gen), b

@@ -111,7 +111,7 @@ func CodeOf(err error) Code {
 // Sentinel errors.
 var (
 	ErrNotFound    = &Error{Code: CodeNotFound, Msg: "not found"}
-	ErrExists      = &Error{Code: CodeExists, Msg: "item exists"}
+	ErrExists      = &Error{Code: CodeExists, Msg: "the key exists already"}
 	ErrWrongType   = &Error{Code: CodeWrongType, Msg: "the key holds another kind of filter"}
 	ErrFull        = &Error{Code: CodeFull, Msg: "the filter is full and may not grow"}
 	ErrGrowthLimit = &Error{Code: CodeGrowthLimit, Msg: "the filter cannot grow further"}
@@ -135,12 +135,12 @@ var (
 // front end; each spells them its own way (serve/resp with RedisBloom's
 // texts).
 var (
-	ErrBadErrorRate      = &Error{Code: CodeBadArgument, Param: ParamErrorRate, Msg: "error rate must be in the range (0.000000, 1.000000)"}
-	ErrBadCapacity       = &Error{Code: CodeBadArgument, Param: ParamCapacity, Msg: "capacity must be in the range [1, 1073741824]"}
-	ErrBadExpansion      = &Error{Code: CodeBadArgument, Param: ParamExpansion, Msg: "expansion must be in the range [0, 32768]"}
-	ErrBadBucketSize     = &Error{Code: CodeBadArgument, Param: ParamBucketSize, Msg: "bucket size must be in the range [1, 255]"}
-	ErrBadMaxIterations  = &Error{Code: CodeBadArgument, Param: ParamMaxIterations, Msg: "max iterations must be in the range [1, 65535]"}
-	ErrBadCuckooCapacity = &Error{Code: CodeBadArgument, Param: ParamCapacity, Msg: "capacity must be in the range [2 × bucket size, 1073741824]"}
+	ErrBadErrorRate      = &Error{Code: CodeBadArgument, Param: ParamErrorRate, Msg: "error rate must be above 0 and below 1"}
+	ErrBadCapacity       = &Error{Code: CodeBadArgument, Param: ParamCapacity, Msg: "capacity must be from 1 to 1073741824"}
+	ErrBadExpansion      = &Error{Code: CodeBadArgument, Param: ParamExpansion, Msg: "expansion must be from 0 to 32768"}
+	ErrBadBucketSize     = &Error{Code: CodeBadArgument, Param: ParamBucketSize, Msg: "bucket size must be from 1 to 255"}
+	ErrBadMaxIterations  = &Error{Code: CodeBadArgument, Param: ParamMaxIterations, Msg: "max iterations must be from 1 to 65535"}
+	ErrBadCuckooCapacity = &Error{Code: CodeBadArgument, Param: ParamCapacity, Msg: "capacity must be from 2 × bucket size to 1073741824"}
 )
 
 // argError returns a CodeBadArgument *Error about p.

@@ -100,44 +100,20 @@ type PostgresFrontConfig struct {
 	line int // of postgres-listen, for ParseConfig's errors
 }
 
-// Kind is a table-backed set's filter.
-type Kind int
+// setFamilies are the filter families a set can have (filter.Families
+// names them). Counting and scalable filters could back a set's gate too
+// (bloomgate.FamilyFilter) but no test runs a set over them, so they are
+// not offered.
+var setFamilies = []*filter.Family{filter.FamilyBloom, filter.FamilyCuckoo, filter.FamilyWindowed}
 
-const (
-	// KindBloom is a blocked Bloom filter: a removed row's key stays a
-	// false positive until the next rebuild. The default.
-	KindBloom Kind = iota
-	// KindCuckoo is a cuckoo filter: removes apply at once.
-	KindCuckoo
-	// KindExpiring is a set whose rows expire (SetConfig.Expiring).
-	KindExpiring
-)
-
-// kindFamilies is each kind's filter family (filter.Families).
-var kindFamilies = [...]*filter.Family{
-	KindBloom:    filter.FamilyBloom,
-	KindCuckoo:   filter.FamilyCuckoo,
-	KindExpiring: filter.FamilyWindowed,
-}
-
-// Family returns the kind's filter family, nil for no kind.
-func (k Kind) Family() *filter.Family {
-	if k >= 0 && int(k) < len(kindFamilies) {
-		return kindFamilies[k]
-	}
-	return nil
-}
-
-// String returns the kind as the config file names it: its family's name,
-// except "expiring" (a windowed filter whose rows carry an expiry).
-func (k Kind) String() string {
-	switch f := k.Family(); {
-	case k == KindExpiring:
+// kindName is the config file's name of a set of family f (its "kind"):
+// the family's name, except "expiring" for filter.FamilyWindowed (a set
+// whose rows carry an expiry).
+func kindName(f *filter.Family) string {
+	if f == filter.FamilyWindowed {
 		return "expiring"
-	case f != nil:
-		return f.Name
 	}
-	return fmt.Sprintf("Kind(%d)", int(k))
+	return f.String()
 }
 
 // Normalize is how a set maps keys before hashing them.
@@ -173,8 +149,12 @@ const DefaultConnectTimeout = 5 * time.Second
 type SetConfig struct {
 	// Name is the key clients use. Required.
 	Name string
-	// Kind is the set's filter. Default: KindBloom.
-	Kind Kind
+	// Family is the set's filter family: filter.FamilyBloom (a blocked
+	// Bloom filter: a removed row's key stays a false positive until the
+	// next rebuild), filter.FamilyCuckoo (removes apply at once), or
+	// filter.FamilyWindowed, a set whose rows expire (Expiring; the config
+	// file's "kind expiring"). Default (nil): filter.FamilyBloom.
+	Family *filter.Family
 	// Source is where the set's rows are. Required, except for a
 	// fanned-out set's instance (FeederNo), which reads the fan-out only.
 	Source SourceConfig
@@ -183,10 +163,10 @@ type SetConfig struct {
 	// FPRate is the target false-positive rate. Default: the gate's
 	// (0.001).
 	FPRate float64
-	// Capacity sizes the filter (for KindExpiring: rows per MaxTTL,
+	// Capacity sizes the filter (for an expiring set: rows per MaxTTL,
 	// required). Default: sized from the table.
 	Capacity uint64
-	// RebuildInterval rebuilds (KindExpiring: rescans) the set from the
+	// RebuildInterval rebuilds (an expiring set: rescans) the set from the
 	// table this often. Default: only when the gate's triggers fire (a
 	// rescan-only expiring set: every minute).
 	RebuildInterval time.Duration
@@ -200,7 +180,7 @@ type SetConfig struct {
 	// (connect, wal_level, publication, NATS, Redis). Default:
 	// DefaultConnectTimeout.
 	ConnectTimeout time.Duration
-	// Expiring sizes a set of KindExpiring.
+	// Expiring sizes an expiring set (Family filter.FamilyWindowed).
 	Expiring ExpiringConfig
 	// Fanout, if its Transport is set, carries the set's changes from one
 	// feeder to every process of the set. Default: none.
@@ -220,7 +200,7 @@ type SourceConfig struct {
 	Driver SourceDriver
 	// DSN is the database: a postgres:// URL, or an SQLite file.
 	DSN string
-	// Query returns the keys (rebuild-only sets; for KindExpiring, the key
+	// Query returns the keys (rebuild-only sets; for an expiring set, the key
 	// and its expiry). Default: Table and Column.
 	Query string
 	// Table and Column name the keys' column. A followed set needs them.
@@ -244,7 +224,7 @@ type FeedConfig struct {
 	SnapshotInterval time.Duration
 }
 
-// ExpiringConfig sizes a set of KindExpiring (serve.ExpiringParams).
+// ExpiringConfig sizes an expiring set (serve.ExpiringParams).
 type ExpiringConfig struct {
 	// ExpiresColumn is the rows' expiry: timestamptz (PostgreSQL), Unix
 	// seconds or text (SQLite). Required without Source.Query.
@@ -315,6 +295,17 @@ func (s *SetConfig) connectTimeout() time.Duration {
 	}
 	return s.ConnectTimeout
 }
+
+// family is the set's filter family, the default filled in.
+func (s *SetConfig) family() *filter.Family {
+	if s.Family == nil {
+		return filter.FamilyBloom
+	}
+	return s.Family
+}
+
+// expiring reports whether the set's rows expire (filter.FamilyWindowed).
+func (s *SetConfig) expiring() bool { return s.Family == filter.FamilyWindowed }
 
 // follows reports whether the set follows a change feed.
 func (s *SetConfig) follows() bool { return !s.RebuildOnly }

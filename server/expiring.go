@@ -7,7 +7,7 @@ import (
 	"github.com/bloomgate/bloomgate/serve"
 )
 
-// A set of KindExpiring is a table-backed expiring set
+// A set of filter.FamilyWindowed is a table-backed expiring set
 // (serve.ExpiringSetConfig). In the config file:
 //
 //	set revoked {
@@ -30,7 +30,7 @@ import (
 // table, column and expires-column, a query returning the key and its
 // expiry.
 
-// expiringSetConfig returns the serve config of a set of KindExpiring whose
+// expiringSetConfig returns the serve config of an expiring set whose
 // source is src, opening its change feed when it follows one. The returned
 // closers release the feed (dropping its slot).
 func expiringSetConfig(ctx context.Context, s *SetConfig, src *openedSource, log *slog.Logger) (serve.ExpiringSetConfig, []func(), error) {

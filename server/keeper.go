@@ -78,7 +78,11 @@ func openKeeper(ctx context.Context, s *SetConfig, src *openedSource, tr *earlyT
 	}
 	k.instance, k.snaps = inst, inst.Snapshots()
 	if feederGate != nil {
-		f, err := fanout.NewFeeder(backend, fanout.FeederConfig{Feed: feed, Gate: feederGate, Follow: follow})
+		fol, err := feederGate.Follower(follow)
+		if err != nil {
+			return nil, closers, fmt.Errorf("set %q: %w", s.Name, err)
+		}
+		f, err := fanout.NewFeeder(backend, fanout.FeederConfig{Feed: feed, Gate: fol})
 		if err != nil {
 			return nil, closers, fmt.Errorf("set %q: %w", s.Name, err)
 		}

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/bloomgate/bloomgate/fanout"
+	"github.com/bloomgate/bloomgate/filter"
 	"github.com/bloomgate/bloomgate/serve"
 	"github.com/bloomgate/bloomgate/serve/pgwire"
 )
@@ -155,8 +157,8 @@ func (s *SetConfig) check() error {
 	switch {
 	case s.Name == "":
 		return errors.New("give the set a name")
-	case s.Kind < KindBloom || s.Kind > KindExpiring:
-		return fmt.Errorf("kind: %v is not a kind", s.Kind)
+	case !slices.Contains(setFamilies, s.family()):
+		return fmt.Errorf("kind: a set's filter family is %s, not %v", kindChoices(), s.Family)
 	case s.Normalize < NormalizeExact || s.Normalize > NormalizeLowerTrim:
 		return fmt.Errorf("normalize: %d is not a normalizer", int(s.Normalize))
 	case s.Fanout.Feeder < FeederAuto || s.Fanout.Feeder > FeederNo:
@@ -193,7 +195,7 @@ func (s *SetConfig) check() error {
 		return errors.New("fanout-unsigned: give fanout")
 	case fanned && s.Fanout.KeyFile != "" && s.Fanout.Unsigned:
 		return errors.New(`fanout-key-file and "fanout-unsigned yes" contradict each other: give one`)
-	case len(s.Answers) > 0 && (src != SourcePostgres || !s.follows() || s.Kind == KindExpiring):
+	case len(s.Answers) > 0 && (src != SourcePostgres || !s.follows() || s.expiring()):
 		return errors.New("answer: the PostgreSQL front end answers only from a set that follows a PostgreSQL table's change feed (postgres, follow yes, not expiring)")
 	case fanned && s.Fanout.KeyFile == "" && len(s.Fanout.Key) == 0 && !s.Fanout.Unsigned:
 		// Without a key, anyone who may write the stream can append a
@@ -208,7 +210,7 @@ func (s *SetConfig) check() error {
 // checkExpiring checks the keys that belong to kind expiring, and only to it
 // (check does the rest: "follow no" for sqlite and for a query).
 func (s *SetConfig) checkExpiring() error {
-	if s.Kind != KindExpiring {
+	if !s.expiring() {
 		if s.Expiring != (ExpiringConfig{}) {
 			return fmt.Errorf("%sset %q: expires-column, max-ttl and generations need kind expiring", at(s.line), s.Name)
 		}
@@ -368,11 +370,11 @@ func (s *setDecl) apply(l confLine) error {
 	case "confirm":
 		s.Source.Confirm = l.value
 	case "kind":
-		k, ok := parseKind(l.value)
+		f, ok := parseKind(l.value)
 		if !ok {
 			return l.errorf("want %s", kindChoices())
 		}
-		s.Kind = k
+		s.Family = f
 	case "normalize":
 		switch l.value {
 		case "exact":
@@ -526,18 +528,18 @@ func (l confLine) bytes() (int64, error) {
 // cuckoo or expiring".
 func kindChoices() string {
 	var names []string
-	for k := range Kind(len(kindFamilies)) {
-		names = append(names, k.String())
+	for _, f := range setFamilies {
+		names = append(names, kindName(f))
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
-// parseKind returns the kind the config file names name.
-func parseKind(name string) (Kind, bool) {
-	for k := range Kind(len(kindFamilies)) {
-		if k.String() == name {
-			return k, true
+// parseKind returns the family of the set kind the config file names name.
+func parseKind(name string) (*filter.Family, bool) {
+	for _, f := range setFamilies {
+		if kindName(f) == name {
+			return f, true
 		}
 	}
-	return 0, false
+	return nil, false
 }

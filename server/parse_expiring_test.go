@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bloomgate/bloomgate/filter"
 )
 
 func TestParseExpiringSet(t *testing.T) {
@@ -24,7 +26,7 @@ func TestParseExpiringSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := f.Sets[0]
-	if s.Kind != KindExpiring || s.Expiring.ExpiresColumn != "expires_at" || s.Expiring.MaxTTL != 24*time.Hour || s.Expiring.Generations != 12 || s.Capacity != 1000000 {
+	if s.Family != filter.FamilyWindowed || s.Expiring.ExpiresColumn != "expires_at" || s.Expiring.MaxTTL != 24*time.Hour || s.Expiring.Generations != 12 || s.Capacity != 1000000 {
 		t.Errorf("set = %+v", s)
 	}
 	for _, tt := range []struct{ conf, want string }{

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bloomgate/bloomgate/filter"
 )
 
 const exampleConfig = `# bloomgate serve
@@ -42,7 +44,7 @@ func TestParseServeFile(t *testing.T) {
 		t.Errorf("globals: %+v", f)
 	}
 	if len(f.Sets) != 2 || f.Sets[0].Name != "users" || f.Sets[0].Source.Confirm != "SELECT 1 FROM users WHERE email = $1" ||
-		f.Sets[0].Kind != KindCuckoo || f.Sets[1].Source.Driver != SourceSQLite || f.Sets[1].Source.DSN != "./app.db" || f.Sets[1].Source.Column != "code" {
+		f.Sets[0].Family != filter.FamilyCuckoo || f.Sets[1].Source.Driver != SourceSQLite || f.Sets[1].Source.DSN != "./app.db" || f.Sets[1].Source.Column != "code" {
 		t.Errorf("sets: %+v", f.Sets)
 	}
 }

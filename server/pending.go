@@ -39,7 +39,7 @@ type pendingSet struct {
 
 func newPendingSet(s *SetConfig, dataDir string) *pendingSet {
 	p := &pendingSet{name: s.Name, opened: make(chan struct{}), role: serve.RoleFollower}
-	if _, fanned := transports[s.Fanout.Transport]; !fanned && dataDir != "" && s.Kind != KindExpiring &&
+	if _, fanned := transports[s.Fanout.Transport]; !fanned && dataDir != "" && !s.expiring() &&
 		s.follows() && s.Source.Driver == SourcePostgres {
 		fc := followConfig(s, dataDir)
 		p.early = &fc
@@ -290,7 +290,7 @@ func declaredSets(cfg *Config, pending []*pendingSet) ([]serve.SetConfig, []serv
 	var expiring []serve.ExpiringSetConfig
 	for i := range cfg.Sets {
 		s, p := &cfg.Sets[i], pending[i]
-		if s.Kind == KindExpiring {
+		if s.expiring() {
 			ec := serve.ExpiringSetConfig{
 				Name: s.Name,
 				Params: serve.ExpiringParams{MaxTTL: s.Expiring.MaxTTL, Capacity: s.Capacity, ErrorRate: s.FPRate,
@@ -322,7 +322,7 @@ func declaredSets(cfg *Config, pending []*pendingSet) ([]serve.SetConfig, []serv
 // setConfig is a bloom or cuckoo set's keyspace config, without its
 // source, confirm query and keeper.
 func setConfig(cfg *Config, s *SetConfig) serve.SetConfig {
-	sc := serve.SetConfig{Name: s.Name, Family: s.Kind.Family(), FPRate: s.FPRate, Capacity: s.Capacity,
+	sc := serve.SetConfig{Name: s.Name, Family: s.family(), FPRate: s.FPRate, Capacity: s.Capacity,
 		RebuildInterval: s.RebuildInterval, Registerer: cfg.Registry}
 	if s.Normalize == NormalizeLowerTrim {
 		sc.Normalizer = bloomgate.LowerTrim

@@ -83,11 +83,11 @@ type sourceDriver struct {
 // failed Start.
 type openedSource struct {
 	source   bloomgate.Source     // kinds bloom and cuckoo
-	expiring serve.ExpiringSource // KindExpiring
+	expiring serve.ExpiringSource // an expiring set (filter.FamilyWindowed)
 	confirm  serve.Confirmer      // nil without SourceConfig.Confirm
 	// feed opens the set's change feed; nil when the source has none.
 	feed func(ctx context.Context) (bloomgate.Feed, func(), error)
-	// expiringFeed opens a KindExpiring set's change feed; nil when the
+	// expiringFeed opens an expiring set's change feed; nil when the
 	// source has none.
 	expiringFeed func(ctx context.Context) (serve.ExpiringFeed, func(), error)
 	closers      []func()

@@ -434,7 +434,7 @@ func openSet(ctx context.Context, cfg *Config, i int, p *pendingSet) ([]func(), 
 		closers = append(closers, src.closers...)
 	}
 	p.src = src
-	if s.Kind == KindExpiring {
+	if s.expiring() {
 		ec, cs, err := expiringSetConfig(ctx, s, src, log)
 		closers = append(closers, cs...)
 		p.expFd = ec.Feed

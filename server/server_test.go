@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bloomgate/bloomgate/fanout/memlog"
+	"github.com/bloomgate/bloomgate/filter"
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/serve"
 )
@@ -98,6 +99,9 @@ func TestStartErrors(t *testing.T) {
 			Fanout: FanoutConfig{Transport: TransportMemory}}}}, `set "s": fanout: give fanout-key-file`},
 		{"unregistered transport", Config{Sets: []SetConfig{{Name: "s", Source: SourceConfig{Driver: SourcePostgres, DSN: "x", Table: "t", Column: "c"},
 			Fanout: FanoutConfig{Transport: 99, Unsigned: true}}}}, `set "s": fanout Transport(99): not a registered transport`},
+		{"family a set cannot have", Config{Sets: []SetConfig{{Name: "s", Family: filter.FamilyCounting,
+			Source: SourceConfig{Driver: SourceSQLite, DSN: "x", Query: "q"}, RebuildOnly: true}}},
+			`set "s": kind: a set's filter family is bloom, cuckoo or expiring, not counting`},
 		{"protected mode", Config{RESP: "0.0.0.0:0"}, "protected mode"},
 		{"port taken", Config{RESP: free, HTTP: taken.Addr().String()}, "address already in use"},
 	} {

@@ -6,9 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/bloomgate/bloomgate"
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/bloomgate/bloomgate/serve"
@@ -38,8 +35,9 @@ func openPostgres(ctx context.Context, s *SetConfig, log *slog.Logger) (*openedS
 	}
 	o := &openedSource{closers: []func(){pool.Close}}
 	src := s.Source
-	if s.Kind == KindExpiring {
-		o.expiring = postgres.Expiring{Pool: pool, Table: src.Table, KeyColumn: src.Column, ExpiresColumn: s.Expiring.ExpiresColumn, Query: src.Query}
+	if s.expiring() {
+		exp := postgres.Expiring{Pool: pool, Table: src.Table, KeyColumn: src.Column, ExpiresColumn: s.Expiring.ExpiresColumn, Query: src.Query}
+		o.expiring = exp
 		o.expiringFeed = func(ctx context.Context) (serve.ExpiringFeed, func(), error) {
 			feed, err := early.get(ctx, s, log)
 			if err != nil {
@@ -50,7 +48,7 @@ func openPostgres(ctx context.Context, s *SetConfig, log *slog.Logger) (*openedS
 				feed.Close()
 			}
 			cctx, cancel := context.WithTimeout(ctx, timeout)
-			err = checkPublishesUpdates(cctx, pool, feed.Publication())
+			err = exp.CheckPublishesUpdates(cctx, feed.Publication())
 			cancel()
 			if err != nil {
 				return nil, closeFeed, fmt.Errorf("set %q: %w", s.Name, timeoutHint(err, cctx, timeout))
@@ -129,7 +127,7 @@ func openFeed(ctx context.Context, s *SetConfig, log *slog.Logger) (*postgres.Fe
 	d := s.Source
 	fc := postgres.FeedConfig{ConnString: d.DSN, Table: d.Table, Column: d.Column,
 		Slot: s.Feed.Slot, Publication: s.Feed.Publication, Timeout: timeout, Logger: log}
-	if s.Kind == KindExpiring {
+	if s.expiring() {
 		fc.ValueColumn = s.Expiring.ExpiresColumn
 	}
 	feed, err := postgres.NewFeed(fc)
@@ -162,7 +160,7 @@ func openFeed(ctx context.Context, s *SetConfig, log *slog.Logger) (*postgres.Fe
 		pubName += " (named after the set's slot; the publication key names another)"
 	}
 	only, notSeen := "rebuild-only", "rows written by others are not seen until a rebuild"
-	if s.Kind == KindExpiring {
+	if s.expiring() {
 		only, notSeen = "rescan-only", "rows written without BG.XADD are not seen until a rescan"
 	}
 	if err := plan.CheckWALLevel(); err != nil {
@@ -180,21 +178,6 @@ func openFeed(ctx context.Context, s *SetConfig, log *slog.Logger) (*postgres.Fe
 	return feed, nil
 }
 
-// checkPublishesUpdates refuses a publication without updates: an UPDATE
-// that moves a row's expiry later would be missed, and the row answered
-// absent once its old expiry passed.
-func checkPublishesUpdates(ctx context.Context, pool *pgxpool.Pool, pub string) error {
-	var updates bool
-	if err := pool.QueryRow(ctx, "SELECT pubupdate FROM pg_publication WHERE pubname = $1", pub).Scan(&updates); err != nil {
-		return fmt.Errorf("publication %s: %w", pub, err)
-	}
-	if !updates {
-		return fmt.Errorf("publication %s does not publish updates: an UPDATE moving an expiry later would be missed; "+
-			"ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate'), or set \"follow no\" for rescan-only", pub, pub)
-	}
-	return nil
-}
-
 // expiringFeed is a PostgreSQL change feed with the expiry column as its
 // value column, for serve.ExpiringFeed.
 type expiringFeed struct {
@@ -205,7 +188,7 @@ type expiringFeed struct {
 // BootstrapExpiring creates the slot and scans the rows with their expiries
 // under the slot's snapshot (Feed.BootstrapTx).
 func (f expiringFeed) BootstrapExpiring(ctx context.Context, fn func([]byte, time.Time) error) (changefeed.Position, error) {
-	return f.BootstrapTx(ctx, func(ctx context.Context, tx pgx.Tx) error { return f.scan.ScanExpiringTx(ctx, tx, fn) })
+	return f.scan.Bootstrap(ctx, f.Feed, fn)
 }
 
 func (expiringFeed) ParseExpiry(v []byte) (time.Time, error) { return postgres.ParseTimestamptz(v) }

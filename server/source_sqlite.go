@@ -19,7 +19,7 @@ func openSQLite(_ context.Context, s *SetConfig, _ *slog.Logger) (*openedSource,
 	}
 	o := &openedSource{closers: []func(){func() { db.Close() }}}
 	src := s.Source
-	if s.Kind == KindExpiring {
+	if s.expiring() {
 		o.expiring = sqlite.Expiring{DB: db, Table: src.Table, KeyColumn: src.Column, ExpiresColumn: s.Expiring.ExpiresColumn, Query: src.Query}
 		return o, nil
 	}

@@ -53,8 +53,11 @@ func startInProcess(t testing.TB, preRows int, capacity uint64) *inProcess {
 		t.Fatal(err)
 	}
 	feed := &fanouttest.TimedFeed{Feed: pg.Feed(t)}
-	f, err := set.NewFeeder(jetstream.FeederConfig{Feed: feed, Gate: g, HeartbeatInterval: testHeartbeat,
-		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Minute, MaxLag: testMaxLag}})
+	fol, err := g.Follower(bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Minute, MaxLag: testMaxLag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := set.NewFeeder(jetstream.FeederConfig{Feed: feed, Gate: fol, HeartbeatInterval: testHeartbeat})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +80,11 @@ func (ip *inProcess) startFeeder(t *testing.T, capacity uint64) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := ip.set.NewFeeder(jetstream.FeederConfig{Feed: ip.pg.Feed(t), Gate: g, HeartbeatInterval: testHeartbeat,
-		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Minute, MaxLag: testMaxLag}})
+	fol, err := g.Follower(bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Minute, MaxLag: testMaxLag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ip.set.NewFeeder(jetstream.FeederConfig{Feed: ip.pg.Feed(t), Gate: fol, HeartbeatInterval: testHeartbeat})
 	if err != nil {
 		t.Fatal(err)
 	}

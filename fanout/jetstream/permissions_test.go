@@ -209,8 +209,11 @@ func TestDocumentedPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := fset.NewFeeder(jetstream.FeederConfig{Feed: pg.Feed(t), Gate: fg, HeartbeatInterval: testHeartbeat,
-		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Minute, MaxLag: testMaxLag}})
+	fol, err := fg.Follower(bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Minute, MaxLag: testMaxLag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fset.NewFeeder(jetstream.FeederConfig{Feed: pg.Feed(t), Gate: fol, HeartbeatInterval: testHeartbeat})
 	if err != nil {
 		t.Fatal(err)
 	}

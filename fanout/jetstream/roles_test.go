@@ -107,9 +107,12 @@ func runRole(role string) error {
 			return err
 		}
 		defer feed.Close()
-		f, err := set.NewFeeder(jetstream.FeederConfig{Feed: feed, Gate: g, HeartbeatInterval: testHeartbeat,
-			ID:     fmt.Sprint("feeder-", os.Getpid()),
-			Follow: bloomgate.FollowConfig{Identity: c.identity, SnapshotInterval: 3 * time.Second, MaxLag: testMaxLag}})
+		fol, err := g.Follower(bloomgate.FollowConfig{Identity: c.identity, SnapshotInterval: 3 * time.Second, MaxLag: testMaxLag})
+		if err != nil {
+			return err
+		}
+		f, err := set.NewFeeder(jetstream.FeederConfig{Feed: feed, Gate: fol, HeartbeatInterval: testHeartbeat,
+			ID: fmt.Sprint("feeder-", os.Getpid())})
 		if err != nil {
 			return err
 		}

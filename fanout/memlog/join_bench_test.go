@@ -42,8 +42,11 @@ func BenchmarkInstanceJoin(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer fg.Close()
-	f, err := set.NewFeeder(fanout.FeederConfig{Feed: feed, Gate: fg,
-		Follow: bloomgate.FollowConfig{Identity: "k", SnapshotInterval: 10 * time.Millisecond}})
+	fol, err := fg.Follower(bloomgate.FollowConfig{Identity: "k", SnapshotInterval: 10 * time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := set.NewFeeder(fanout.FeederConfig{Feed: feed, Gate: fol})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -99,8 +99,12 @@ func TestPipelinedAppendFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fg.Close()
-	f, err := fanout.NewFeeder(b, fanout.FeederConfig{Feed: feed, Gate: fg, HeartbeatInterval: 20 * time.Millisecond,
-		PublishTimeout: time.Second, Follow: bloomgate.FollowConfig{Identity: "k", SnapshotInterval: time.Hour}})
+	fol, err := fg.Follower(bloomgate.FollowConfig{Identity: "k", SnapshotInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fanout.NewFeeder(b, fanout.FeederConfig{Feed: feed, Gate: fol, HeartbeatInterval: 20 * time.Millisecond,
+		PublishTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,8 +68,11 @@ func runFeederOn(t testing.TB, set *redisstream.Set, pg *fanouttest.PG, feed cha
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := set.NewFeeder(redisstream.FeederConfig{Feed: feed, Gate: g, ID: id, HeartbeatInterval: testHeartbeat,
-		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: 2 * time.Second, MaxLag: testMaxLag}})
+	fol, err := g.Follower(bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: 2 * time.Second, MaxLag: testMaxLag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := set.NewFeeder(redisstream.FeederConfig{Feed: feed, Gate: fol, ID: id, HeartbeatInterval: testHeartbeat})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,8 +343,11 @@ func growingFanout(t *testing.T, fpRate float64) (*fanouttest.PG, *bloomgate.Gat
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := set.NewFeeder(redisstream.FeederConfig{Feed: pg.Feed(t), Gate: fg, HeartbeatInterval: testHeartbeat,
-		Follow: bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Hour, MaxLag: testMaxLag, MinCapacity: 4096}})
+	fol, err := fg.Follower(bloomgate.FollowConfig{Identity: "users.email", SnapshotInterval: time.Hour, MaxLag: testMaxLag, MinCapacity: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := set.NewFeeder(redisstream.FeederConfig{Feed: pg.Feed(t), Gate: fol, HeartbeatInterval: testHeartbeat})
 	if err != nil {
 		t.Fatal(err)
 	}

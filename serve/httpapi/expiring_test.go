@@ -32,8 +32,8 @@ func TestHTTPExpiring(t *testing.T) {
 	}{
 		{"PUT", "/v1/sets/revoked", `{"kind":"expiring","max_ttl_seconds":3600,"capacity":70000,"error_rate":0.001}`, 201, "kind:expiring"},
 		{"PUT", "/v1/sets/bad", `{"kind":"expiring","capacity":10}`, 400, "max_ttl_seconds"},
-		{"PUT", "/v1/sets/bad", `{"kind":"expiring","max_ttl_seconds":60,"capacity":10,"error_rate":0}`, 400, "error rate must be in the range (0.000000, 1.000000)"},
-		{"PUT", "/v1/sets/bad", `{"kind":"expiring","max_ttl_seconds":60,"capacity":10,"error_rate":1}`, 400, "error rate must be in the range"},
+		{"PUT", "/v1/sets/bad", `{"kind":"expiring","max_ttl_seconds":60,"capacity":10,"error_rate":0}`, 400, "error rate must be above 0 and below 1"},
+		{"PUT", "/v1/sets/bad", `{"kind":"expiring","max_ttl_seconds":60,"capacity":10,"error_rate":1}`, 400, "error rate must be above 0 and below 1"},
 		{"PUT", "/v1/sets/bad", `{"kind":"bloom","capacity":10,"error_rate":0}`, 400, "code:bad_argument"},
 		{"PUT", "/v1/sets/revoked", `{"kind":"expiring","max_ttl_seconds":3600,"capacity":10}`, 409, "exists"},
 		{"POST", "/v1/sets/revoked/keys", `{"keys":["a","b"],"ttl_seconds":60}`, 200, "added:[true true]"},

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bloomgate/bloomgate/changefeed"
 )
 
 // ErrBadExpiringQuery reports an expiring-rows query that does not return a
@@ -56,6 +58,32 @@ func (e Expiring) ScanExpiring(ctx context.Context, fn func(key []byte, expiresA
 // ScanExpiringTx is ScanExpiring in tx (Feed.BootstrapTx's), Pool unused.
 func (e Expiring) ScanExpiringTx(ctx context.Context, tx pgx.Tx, fn func(key []byte, expiresAt time.Time) error) error {
 	return e.scan(ctx, tx, fn)
+}
+
+// Bootstrap creates f's slot and scans the rows with their expiries under
+// the slot's exported snapshot (Feed.BootstrapTx, ScanExpiringTx; Pool
+// unused), so that the scan holds exactly the transactions the stream
+// does not. It returns the position the stream continues from.
+func (e Expiring) Bootstrap(ctx context.Context, f *Feed, fn func(key []byte, expiresAt time.Time) error) (changefeed.Position, error) {
+	return f.BootstrapTx(ctx, func(ctx context.Context, tx pgx.Tx) error { return e.scan(ctx, tx, fn) })
+}
+
+// CheckPublishesUpdates refuses a publication that does not publish
+// updates, read over Pool: an UPDATE that moves a row's expiry later would
+// be missed, and the row answered absent once its old expiry passed.
+func (e Expiring) CheckPublishesUpdates(ctx context.Context, publication string) error {
+	if e.Pool == nil {
+		return errors.New("postgres: Expiring.Pool is required")
+	}
+	var updates bool
+	if err := e.Pool.QueryRow(ctx, "SELECT pubupdate FROM pg_publication WHERE pubname = $1", publication).Scan(&updates); err != nil {
+		return fmt.Errorf("publication %s: %w", publication, err)
+	}
+	if !updates {
+		return fmt.Errorf("publication %s does not publish updates: an UPDATE moving an expiry later would be missed; "+
+			"ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate'), or set \"follow no\" for rescan-only", publication, publication)
+	}
+	return nil
 }
 
 func (e Expiring) scan(ctx context.Context, db interface {
