@@ -58,6 +58,7 @@ func streamErr(t *testing.T, ip *inProcess) error {
 // A position whose messages the stream no longer holds is never continued
 // from: Stream reports an error wrapping changefeed.ErrRebuild.
 func TestTrimmedStreamIsRebuild(t *testing.T) {
+	t.Parallel() // a set of its own; no node killed
 	ip := startInProcess(t, 100, 1<<16)
 	g, _ := ip.instance(t, 1<<16)
 	insertAndWait(t, ip, g, "a", 20)
@@ -81,6 +82,7 @@ func TestTrimmedStreamIsRebuild(t *testing.T) {
 // A message that does not continue from the position applied (another
 // history, such as a feeder that bootstrapped afresh) is a gap.
 func TestForeignPrevIsRebuild(t *testing.T) {
+	t.Parallel() // a set of its own; no node killed
 	ip := startInProcess(t, 100, 1<<16)
 	g, _ := ip.instance(t, 1<<16)
 	insertAndWait(t, ip, g, "a", 20)

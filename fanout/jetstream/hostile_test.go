@@ -93,6 +93,7 @@ func TestHostileMessages(t *testing.T) {
 // Open with a Config that disagrees with the set's existing assets is an
 // error, and leaves them as they are.
 func TestOpenNeverWeakens(t *testing.T) {
+	t.Parallel() // a set of its own; no node killed
 	ip := startInProcess(t, 10, 1<<16)
 	_, err := jetstreamOpenDefault(ip)
 	if err == nil {

@@ -192,6 +192,7 @@ func (s *permServer) dial(t *testing.T, user string) *jetstream.Conn {
 // set's instances trust (the log, the heartbeat and snapshot records, the
 // lease, the snapshots), nor delete it.
 func TestDocumentedPermissions(t *testing.T) {
+	t.Parallel() // a set of its own; no node killed
 	var b [4]byte
 	crand.Read(b[:])
 	name := "p" + hex.EncodeToString(b[:])

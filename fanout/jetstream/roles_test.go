@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	testsvc.DefaultParallel(4) // the parallel tests wait on NATS and PostgreSQL
 	testsvc.Main(m)
 }
 

@@ -21,6 +21,7 @@ package testsvc
 import (
 	"bufio"
 	"bytes"
+	"flag"
 	"fmt"
 	"net"
 	"net/url"
@@ -264,4 +265,18 @@ func PHPExtension(t testing.TB, ext, pkg string) string {
 		Unavailable(t, "PHP extension %s missing (Debian %s): %v", ext, pkg, err)
 	}
 	return php
+}
+
+// DefaultParallel sets -test.parallel to n unless the command line gives
+// it: for a package whose parallel tests mostly wait (on servers, timers,
+// other processes), so that more of them overlap than GOMAXPROCS (the
+// default, 2 on the project's machine). Call it from TestMain before
+// m.Run.
+func DefaultParallel(n int) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", strconv.Itoa(n))
+	}
 }
