@@ -139,6 +139,7 @@ func TestDeploySystemdUnit(t *testing.T) {
 // TestDeployDashboard checks that every metric the Grafana dashboard
 // queries is one the server serves on /metrics (with a table-backed set).
 func TestDeployDashboard(t *testing.T) {
+	t.Parallel() // a server of its own
 	raw, err := os.ReadFile("../../deploy/grafana-dashboard.json")
 	if err != nil {
 		t.Fatal(err)

@@ -238,6 +238,7 @@ func lazyErr(p *error) fmt.Stringer { return errString{p} }
 // row inserted while the server was down, which the snapshot lacks, is
 // "maybe" while the database is held, and present once ready.
 func TestServeLoadsSnapshotWhileConnecting(t *testing.T) {
+	t.Parallel() // a cluster and servers of its own
 	bin := buildBinary(t)
 	pg := newFollowedDB(t)
 	pg.SQL(t, "INSERT INTO users SELECT 'user' || i || '@example.com' FROM generate_series(1, 1000) i")

@@ -352,6 +352,7 @@ func TestServeLogDamage(t *testing.T) {
 // the start falls back to the previous snapshot and the log, and every
 // acknowledged write is there.
 func TestServeCorruptSnapshot(t *testing.T) {
+	t.Parallel() // a server and data directory of its own
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	addr := freeAddr(t)

@@ -32,7 +32,16 @@ var (
 	buildErr  error
 )
 
+// asCommandEnv makes the test binary run main, the bloomgate command: the
+// binary buildBinary gives is this test binary under that variable, which
+// saves building and linking the command once more (several seconds of
+// CPU on the project's machine).
+const asCommandEnv = "BLOOMGATE_TEST_AS_COMMAND"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(asCommandEnv) == "1" {
+		main() // exits
+	}
 	// The parallel tests mostly wait (on real expiries, on the servers and
 	// clients they start), so without -parallel they run 4 at a time
 	// rather than GOMAXPROCS (2 on the project's machine).
@@ -49,8 +58,10 @@ func TestMain(m *testing.M) {
 	})
 }
 
-// buildBinary builds the bloomgate command into a temporary directory, once
-// per test binary.
+// buildBinary returns the path of a bloomgate command in a temporary
+// directory, made once per test binary: a script that runs this test binary
+// as the command (asCommandEnv), or under the race detector one built with
+// go build, so that the servers run at full speed there.
 func buildBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -59,6 +70,16 @@ func buildBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "bloomgate")
+		if !raceEnabled {
+			exe, err := os.Executable()
+			if err != nil {
+				buildErr = err
+				return
+			}
+			script := fmt.Sprintf("#!/bin/sh\n%s=1 exec '%s' \"$@\"\n", asCommandEnv, strings.ReplaceAll(exe, "'", `'\''`))
+			buildErr = os.WriteFile(binPath, []byte(script), 0o755)
+			return
+		}
 		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
@@ -279,6 +300,7 @@ func writeUntilKilled(t *testing.T, addr string, srv *server) map[string][]strin
 // TestServeSIGTERM: SIGTERM finishes, snapshots and exits 0; the filters are
 // there after a restart.
 func TestServeSIGTERM(t *testing.T) {
+	t.Parallel() // a server and data directory of its own
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	addr := freeAddr(t)
@@ -306,6 +328,7 @@ func TestServeSIGTERM(t *testing.T) {
 // TestProtectedMode: a non-loopback address without a password refuses to
 // start.
 func TestProtectedMode(t *testing.T) {
+	t.Parallel() // a process of its own
 	bin := buildBinary(t)
 	out, err := exec.Command(bin, "serve", "-resp", "0.0.0.0:0", "-http", "", "-data", "").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "protected mode") {
@@ -337,6 +360,7 @@ func sqliteUsers(t *testing.T, dir string, n int) string {
 // TestServeConfigSQLiteSet starts the binary with a config file declaring an
 // SQLite-backed set with a confirm query.
 func TestServeConfigSQLiteSet(t *testing.T) {
+	t.Parallel() // a server and database of its own
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	dbPath := sqliteUsers(t, dir, 100)
@@ -393,6 +417,7 @@ set users {
 // TestServeConfigUnknownKey: an unknown key stops the start, naming the key
 // and its line.
 func TestServeConfigUnknownKey(t *testing.T) {
+	t.Parallel() // a process of its own
 	bin := buildBinary(t)
 	conf := filepath.Join(t.TempDir(), "bad.conf")
 	os.WriteFile(conf, []byte("resp 127.0.0.1:0\n\nmaxmemroy 1gb\n"), 0o644)
