@@ -12,6 +12,7 @@ import (
 // is then a valid value), the key column text with a deterministic
 // collation; the parameters' types are returned.
 func TestCheckAnswer(t *testing.T) {
+	t.Parallel() // a schema of its own on the shared server
 	pool, schema := testDB(t)
 	ctx := context.Background()
 	table := schema + ".users"

@@ -17,6 +17,7 @@ import (
 // TestExpiringScan reads a revocations table: rows whose expiry is ahead,
 // with their expiry; expired rows and NULLs left out; a bad query refused.
 func TestExpiringScan(t *testing.T) {
+	t.Parallel() // a schema of its own on the shared server
 	pool, schema := testDB(t)
 	ctx := context.Background()
 	table := schema + ".revocations"
@@ -93,7 +94,8 @@ func TestParseTimestamptz(t *testing.T) {
 // transaction open across the slot's creation, and ones written after;
 // every expiry arrives exactly, whatever the server's TimeZone.
 func TestExpiringFeed(t *testing.T) {
-	pg := testsvc.LogicalPostgres(t)
+	t.Parallel() // a cluster of its own: its open transaction holds up no other test's slot creation
+	pg := testsvc.NewPostgres(t, testsvc.PGOptions{})
 	ctx := context.Background()
 	pool, schema := schemaOn(t, pg.DSN)
 	table := schema + ".revocations"

@@ -349,9 +349,11 @@ func waitRows(t *testing.T, fx *feedFixture, n int64) {
 // walsender is killed once mid-stream. Bootstrap's keys plus the streamed
 // changes equal the table: nothing missing, nothing applied twice.
 func TestFeedBootstrapExact(t *testing.T) {
+	t.Parallel() // a cluster of its own: its open transaction holds up no other test's slot creation
+	dsn := testsvc.NewPostgres(t, testsvc.PGOptions{}).DSN
 	for _, identity := range []string{"USING INDEX users_email_key", "FULL"} {
 		t.Run(identity, func(t *testing.T) {
-			fx := newFeedFixture(t, identity)
+			fx := feedFixtureOn(t, dsn, identity)
 			ctx := context.Background()
 			stopWriters := startWriters(t, fx, 3)
 			waitRows(t, fx, 200)
@@ -417,6 +419,7 @@ func TestFeedBootstrapExact(t *testing.T) {
 // connection too, which must not send them to the server as settings (it
 // would refuse every connection: "unrecognized configuration parameter").
 func TestFeedPoolParams(t *testing.T) {
+	t.Parallel() // no open transaction that would hold up the others' slot creation
 	fx := newFeedFixture(t, "")
 	fx.exec(t, "INSERT INTO "+fx.table+" (email) SELECT 'user'||g||'@example.com' FROM generate_series(1, 100) g")
 	cfg := fx.cfg
@@ -451,6 +454,7 @@ func TestFeedPoolParams(t *testing.T) {
 // durable position: no gap; the only repeats are transactions after it,
 // delivered again with the same End and Changes.
 func TestFeedResumeAfterKill(t *testing.T) {
+	t.Parallel() // no open transaction that would hold up the others' slot creation
 	fx := newFeedFixture(t, "USING INDEX users_email_key")
 	ctx := context.Background()
 	stopWriters := startWriters(t, fx, 2)
@@ -565,6 +569,7 @@ func TestFeedResumeAfterKill(t *testing.T) {
 // TestFeedSlotLost: a slot dropped under a running Stream (its walsender
 // killed first) ends the Stream with ErrSlotLost; so does starting one.
 func TestFeedSlotLost(t *testing.T) {
+	t.Parallel() // no open transaction that would hold up the others' slot creation
 	fx := newFeedFixture(t, "")
 	ctx := context.Background()
 	f := fx.feed(t)
@@ -674,6 +679,7 @@ func fmtChanges(cs []changefeed.Change) string {
 // TestFeedRebuildWhileStreaming: a fresh generation from Rebuild's COPY,
 // plus every streamed Txn with Commit >= its point, equals the table.
 func TestFeedRebuildWhileStreaming(t *testing.T) {
+	t.Parallel() // no open transaction that would hold up the others' slot creation
 	fx := newFeedFixture(t, "USING INDEX users_email_key")
 	ctx := context.Background()
 	stopWriters := startWriters(t, fx, 3)
@@ -725,6 +731,7 @@ func TestFeedRebuildWhileStreaming(t *testing.T) {
 // TestFeedSlotStatusAndHealth: the slot holds WAL until confirmed; Health
 // reports CaughtUp once the stream has caught up.
 func TestFeedSlotStatusAndHealth(t *testing.T) {
+	t.Parallel() // no open transaction that would hold up the others' slot creation
 	fx := newFeedFixture(t, "")
 	ctx := context.Background()
 	f := fx.feed(t)

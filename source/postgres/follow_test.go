@@ -53,6 +53,7 @@ func followGate(t *testing.T, fx *feedFixture, feed *postgres.Feed, fcfg bloomga
 // reported absent, and deletes are applied; a restart loads the snapshot and
 // catches up with rows written while it was down.
 func TestGateFollowsEveryWriter(t *testing.T) {
+	t.Parallel() // no open transaction that would hold up the others' slot creation
 	fx := newFeedFixture(t, "FULL")
 	ctx := context.Background()
 	fx.exec(t, "INSERT INTO "+fx.table+" (email) SELECT 'user'||g||'@example.com' FROM generate_series(1, 20000) g")
@@ -149,6 +150,7 @@ func TestGateFollowsEveryWriter(t *testing.T) {
 // position cannot be caught up from; the gate bootstraps afresh instead, and
 // misses nothing.
 func TestGateFollowStaleSnapshot(t *testing.T) {
+	t.Parallel() // no open transaction that would hold up the others' slot creation
 	fx := newFeedFixture(t, "FULL")
 	fx.exec(t, "INSERT INTO "+fx.table+" (email) SELECT 'user'||g||'@example.com' FROM generate_series(1, 1000) g")
 	old := bloomgate.FollowConfig{Identity: fx.table, Snapshots: bloomgate.DirSnapshots(t.TempDir())}

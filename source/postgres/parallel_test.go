@@ -17,6 +17,8 @@ import (
 // snapshot is exported but before any part starts are not seen, and the
 // rows as they were are.
 func TestScanPartsExact(t *testing.T) {
+	// Not parallel: it sets the package's afterExport hook, which every
+	// ScanParts of another test would run meanwhile.
 	pool, schema := testDB(t)
 	ctx := context.Background()
 	table := schema + ".users"
@@ -97,6 +99,7 @@ func TestScanPartsExact(t *testing.T) {
 // TestScanPartsGate: a gate warmed from a parallel scan holds every key, and
 // fn's error stops every part.
 func TestScanPartsGate(t *testing.T) {
+	t.Parallel() // a schema of its own on the shared server
 	pool, schema := testDB(t)
 	ctx := context.Background()
 	table := schema + ".users"

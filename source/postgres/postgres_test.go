@@ -19,7 +19,10 @@ import (
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
-func TestMain(m *testing.M) { testsvc.Main(m) }
+func TestMain(m *testing.M) {
+	testsvc.DefaultParallel(4) // the parallel tests mostly wait on PostgreSQL
+	testsvc.Main(m)
+}
 
 // testDB gives the test a schema of its own, dropped afterwards, on the
 // shared PostgreSQL (testsvc.Postgres: the test skips without one, or fails
@@ -57,6 +60,7 @@ func collect(t *testing.T, s *postgres.Source) ([]string, error) {
 }
 
 func TestScanSpecialKeys(t *testing.T) {
+	t.Parallel() // a schema of its own on the shared server
 	pool, schema := testDB(t)
 	ctx := context.Background()
 	keys := []string{"plain@example.com", "tab\there", "new\nline", `back\slash`, `\N`, "", "ünïcödé ✓", "cr\r", " spaced ", strings.Repeat("long", 5000)}
@@ -95,6 +99,7 @@ func TestScanSpecialKeys(t *testing.T) {
 }
 
 func TestBadQueries(t *testing.T) {
+	t.Parallel() // a schema of its own on the shared server
 	pool, schema := testDB(t)
 	ctx := context.Background()
 	pool.Exec(ctx, "CREATE TABLE "+schema+".t (a text, b text)")
@@ -132,6 +137,7 @@ func emails(prefix string, n int) func(int) string {
 }
 
 func TestGateOverPostgres(t *testing.T) {
+	t.Parallel() // a schema of its own on the shared server
 	pool, schema := testDB(t)
 	ctx := context.Background()
 	users := demo.PostgresUsers{Pool: pool, Table: schema + ".users"}
@@ -195,6 +201,7 @@ func TestGateOverPostgres(t *testing.T) {
 // TestWarmConnectionKilled kills the backend mid-COPY: the warm-up fails, the
 // half-built filter never answers, and a later warm-up recovers.
 func TestWarmConnectionKilled(t *testing.T) {
+	t.Parallel() // a schema of its own on the shared server
 	pool, schema := testDB(t)
 	ctx := context.Background()
 	users := demo.PostgresUsers{Pool: pool, Table: schema + ".users"}
@@ -249,6 +256,7 @@ func TestWarmConnectionKilled(t *testing.T) {
 }
 
 func TestScanCancel(t *testing.T) {
+	t.Parallel() // a schema of its own on the shared server
 	pool, _ := testDB(t)
 	s, _ := postgres.New(postgres.Config{Pool: pool, Query: "SELECT g FROM generate_series(1, 10000000) g"})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -27,7 +27,12 @@ type setupFixture struct {
 
 func newSetupFixture(t *testing.T, create string) *setupFixture {
 	t.Helper()
-	pool, schema := schemaOn(t, testsvc.LogicalPostgres(t).DSN)
+	return setupFixtureOn(t, testsvc.LogicalPostgres(t).DSN, create)
+}
+
+func setupFixtureOn(t *testing.T, url, create string) *setupFixture {
+	t.Helper()
+	pool, schema := schemaOn(t, url)
 	fx := &setupFixture{pool: pool, schema: schema, table: schema + ".users", role: schema + "_feed"}
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+fx.table+" "+create); err != nil {
@@ -89,6 +94,7 @@ func (fx *setupFixture) setup(t *testing.T, table string, opts postgres.SetupOpt
 // Before the publication check stopped casting through regclass, Bootstrap
 // failed with "permission denied for schema pg_toast".
 func TestSetupRoleFollows(t *testing.T) {
+	t.Parallel() // no open transaction that would hold up the others' slot creation
 	fx := newSetupFixture(t, "(id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text UNIQUE)")
 	fx.setup(t, fx.table, postgres.SetupOptions{Role: fx.role})
 	ctx := context.Background()
@@ -144,6 +150,7 @@ func TestSetupRoleFollows(t *testing.T) {
 // from the resolved table, the feed looked for bloomgate_users_email while
 // setup had made bloomgate_<schema>_users_email, and never became ready.
 func TestNamesMeet(t *testing.T) {
+	t.Parallel() // no open transaction that would hold up the others' slot creation
 	fx := newSetupFixture(t, "(id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text UNIQUE)")
 	fx.setup(t, fx.table, postgres.SetupOptions{Role: fx.role})
 	u, err := url.Parse(fx.connString(t, fx.role))
@@ -194,6 +201,7 @@ func (fx *setupFixture) appWrites(t *testing.T, tag string) {
 // setup created a publication of updates and deletes, and every UPDATE
 // failed with "cannot update table ... does not have a replica identity".
 func TestSetupKeepsAppWrites(t *testing.T) {
+	t.Parallel() // no open transaction that would hold up the others' slot creation
 	for _, tc := range []struct {
 		name, create string
 		opts         postgres.SetupOptions
@@ -279,6 +287,7 @@ func TestSetupKeepsAppWrites(t *testing.T) {
 // an id primary key with a unique email, gets the note that deletes and
 // key updates are unknown deletes, and the statements that make them exact.
 func TestSetupNotesKeyNotInIdentity(t *testing.T) {
+	t.Parallel() // no open transaction that would hold up the others' slot creation
 	fx := newSetupFixture(t, "(id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text UNIQUE)")
 	plan := fx.setup(t, fx.table, postgres.SetupOptions{})
 	notes := strings.Join(plan.Notes, "\n")

@@ -16,6 +16,7 @@ import (
 	"github.com/bloomgate/bloomgate/changefeed"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/bloomgate/bloomgate/internal/testsvc"
 	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
@@ -58,6 +59,7 @@ func silentServer(t *testing.T) string {
 // deadline; and a following gate says so in State, its metrics and its log
 // at that moment.
 func TestFeedTimeouts(t *testing.T) {
+	t.Parallel() // a silent server of its own
 	url := silentServer(t)
 	const timeout = 300 * time.Millisecond
 	const slack = 5 * time.Second // a loaded machine; a hang would take the caller's minute
@@ -157,12 +159,14 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 // superuser, and as the role feed setup creates, which sees no other
 // role's transactions in pg_stat_activity.
 func TestBootstrapSaysWhatSlotCreationWaitsFor(t *testing.T) {
+	t.Parallel() // a cluster of its own: the transactions it holds open hold up no other test's slot creation
+	dsn := testsvc.NewPostgres(t, testsvc.PGOptions{}).DSN
 	t.Run("superuser", func(t *testing.T) {
-		fx := newFeedFixture(t, "")
+		fx := feedFixtureOn(t, dsn, "")
 		slotWaitNamesSession(t, fx.pool, fx.table, fx.cfg)
 	})
 	t.Run("setup role", func(t *testing.T) {
-		fx := newSetupFixture(t, "(id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text UNIQUE)")
+		fx := setupFixtureOn(t, dsn, "(id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text UNIQUE)")
 		fx.setup(t, fx.table, postgres.SetupOptions{Role: fx.role})
 		slotWaitNamesSession(t, fx.pool, fx.table, postgres.FeedConfig{ConnString: fx.connString(t, fx.role), Table: fx.table, Column: "email"})
 	})
