@@ -60,8 +60,9 @@ func TestMain(m *testing.M) {
 
 // buildBinary returns the path of a bloomgate command in a temporary
 // directory, made once per test binary: a script that runs this test binary
-// as the command (asCommandEnv), or under the race detector one built with
-// go build, so that the servers run at full speed there.
+// as the command (asCommandEnv); or one built with go build under the race
+// detector, so that the servers run at full speed there, and when
+// benchmarks run, so that they measure the command as users build it.
 func buildBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -70,7 +71,7 @@ func buildBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "bloomgate")
-		if !raceEnabled {
+		if bench := flag.Lookup("test.bench"); !raceEnabled && (bench == nil || bench.Value.String() == "") {
 			exe, err := os.Executable()
 			if err != nil {
 				buildErr = err
