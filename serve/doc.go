@@ -23,9 +23,12 @@
 //     filters are rebuilt from the table at start, not stored on disk. A set
 //     that is not ready answers "maybe" (true) for every key: it never gives a
 //     false negative.
-//   - Table-backed expiring sets, declared in Config.ExpiringSets: an
-//     expiring key built from a table's key and expiry columns and rescanned
-//     periodically (see windowed_set.go); not stored on disk either.
+//   - Table-backed expiring sets, declared in Config.Sets with
+//     SetConfig.Expiring: an expiring key built from a table's key and
+//     expiry columns, following its change feed or rescanned periodically
+//     (see windowed_set.go); not stored on disk either. Both kinds are
+//     opened by one opener after recovery, reported by one status
+//     (Store.SetStatus) and stopped together at Close.
 //
 // A Store is safe for concurrent use. Lock order: Store.snapMu, then
 // Store.mu, then object.mu, then durable.Log's own (syncMu, then mu). Writes

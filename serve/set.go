@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -81,7 +82,8 @@ type Keeper interface {
 	Role() Role
 }
 
-// SetStatus is a table-backed set's state for readiness probes and INFO.
+// SetStatus is a table-backed set's state for readiness probes and INFO
+// (Store.SetStatus), of an expiring set too.
 type SetStatus struct {
 	Mode   Mode
 	Role   Role
@@ -93,8 +95,11 @@ type SetStatus struct {
 	// Lag how far it is behind the feed's head.
 	Position changefeed.Position
 	Lag      time.Duration
-	// Generation is the serving filter's (bloomgate.Stats.Generation).
+	// Generation is the serving filter's (bloomgate.Stats.Generation); 0
+	// for an expiring set.
 	Generation uint64
+	// Expiring is set for an expiring set (SetConfig.Expiring) only.
+	Expiring *ExpiringStatus
 }
 
 // Errors of read-your-writes lookups.
@@ -144,6 +149,11 @@ type Confirmer interface {
 type SetConfig struct {
 	// Name is the key clients use. Required.
 	Name string
+	// Expiring, if set, makes this an expiring set: an expiring key built
+	// from the table's keys and expiries (see ExpiringConfig), in place of
+	// a gate. Only Name and Family (nil or filter.FamilyWindowed) may be
+	// set besides it. Default: nil.
+	Expiring *ExpiringConfig
 	// Source streams the table's keys. Required without a Keeper; a
 	// Keeper's set may have none (an instance that starts from the fan-out's
 	// snapshots never reads the table).
@@ -215,6 +225,84 @@ func gateConfig(sc SetConfig, log *slog.Logger) bloomgate.Config {
 	}
 	cfg.NewFilter = bloomgate.FamilyFilter(sc.family(), setMaxFilters)
 	return cfg
+}
+
+// openSets declares cfg.Sets and starts them; called by Open after
+// recovery, so an expiring set finds a stored key of its name. On error the
+// caller closes the sets opened so far (closeSets). Every set runs until the
+// store stops (Close: runCtx cancelled, then bgDone waited for), and then the
+// gates are closed (closeSets); an expiring set has nothing more to release.
+func (s *Store) openSets() error {
+	var expiring []*object
+	for _, sc := range s.cfg.Sets {
+		switch {
+		case sc.Name == "":
+			return errors.New("serve: set without a name")
+		case s.sets[sc.Name] != nil || slices.ContainsFunc(expiring, func(o *object) bool { return o.name == sc.Name }):
+			return fmt.Errorf("serve: set %q declared twice", sc.Name)
+		}
+		if sc.Expiring != nil {
+			if sc.Source != nil || sc.Keeper != nil || sc.Confirm != nil || (sc.Family != nil && sc.Family != filter.FamilyWindowed) {
+				return fmt.Errorf("serve: expiring set %q takes its source and feed in Expiring, and no confirm query or other family", sc.Name)
+			}
+			if err := s.openExpiringSet(sc.Name, *sc.Expiring); err != nil {
+				return err
+			}
+			expiring = append(expiring, s.keys[sc.Name])
+			continue
+		}
+		set, err := newSet(sc, s.log)
+		if err != nil {
+			return err
+		}
+		s.sets[sc.Name] = set
+	}
+	for _, set := range s.sets {
+		s.bgDone.Add(1)
+		go func() {
+			defer s.bgDone.Done()
+			set.run(s.runCtx)
+		}()
+	}
+	for _, o := range expiring {
+		s.bgDone.Add(1)
+		go func() {
+			defer s.bgDone.Done()
+			s.runExpiringSet(s.runCtx, o)
+		}()
+	}
+	return nil
+}
+
+// SetNames returns the names of the table-backed sets, expiring ones
+// included, sorted.
+func (s *Store) SetNames() []string {
+	names := make([]string, 0, len(s.sets))
+	for name := range s.sets {
+		names = append(names, name)
+	}
+	s.mu.RLock()
+	for name, o := range s.keys {
+		if o.table() != nil {
+			names = append(names, name)
+		}
+	}
+	s.mu.RUnlock()
+	slices.Sort(names)
+	return names
+}
+
+// SetStatus returns the status of the table-backed set name (expiring or
+// not), and false when name is not one. It reads a gate's counters
+// (O(filter size)); call it for probes, not per lookup.
+func (s *Store) SetStatus(name string) (SetStatus, bool) {
+	if set := s.sets[name]; set != nil {
+		return set.Status(), true
+	}
+	if o := s.expiringSet(name); o != nil {
+		return s.expiringStatus(o), true
+	}
+	return SetStatus{}, false
 }
 
 func newSet(sc SetConfig, log *slog.Logger) (*Set, error) {

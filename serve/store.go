@@ -3,7 +3,6 @@ package serve
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -37,11 +36,9 @@ type Config struct {
 	// MaxFilterBytes bounds the size of one filter restored with LOADCHUNK
 	// or read from the snapshot or log. Default: 16 GiB.
 	MaxFilterBytes int64
-	// Sets declares the table-backed sets.
+	// Sets declares the table-backed sets, expiring ones (with
+	// SetConfig.Expiring) included.
 	Sets []SetConfig
-	// ExpiringSets declares the table-backed expiring sets (see
-	// ExpiringSetConfig).
-	ExpiringSets []ExpiringSetConfig
 	// Logger receives warnings (a truncated log tail) and events.
 	// Default: discard.
 	Logger *slog.Logger
@@ -124,40 +121,21 @@ func Open(cfg Config) (*Store, error) {
 		s.badPosition = badPosition(cfg.Positions)
 	}
 	s.runCtx, s.cancel = context.WithCancel(context.Background())
-	for _, sc := range cfg.Sets {
-		if _, dup := s.sets[sc.Name]; dup {
-			s.closeSets()
-			return nil, fmt.Errorf("serve: set %q declared twice", sc.Name)
-		}
-		set, err := newSet(sc, cfg.Logger)
-		if err != nil {
-			s.closeSets()
-			return nil, err
-		}
-		s.sets[sc.Name] = set
-	}
 	if cfg.DataDir != "" {
 		s.snapLSN = 1
 		aof, err := durable.Open(cfg.DataDir, logOptions(&cfg), replayer{s})
 		if err != nil {
-			s.closeSets()
 			return nil, err
 		}
 		s.aof = aof
 	}
-	if err := s.openExpiringSets(); err != nil {
+	if err := s.openSets(); err != nil {
+		s.cancel()
 		s.closeSets()
 		if s.aof != nil {
 			s.aof.Close()
 		}
 		return nil, err
-	}
-	for _, set := range s.sets {
-		s.bgDone.Add(1)
-		go func() {
-			defer s.bgDone.Done()
-			set.run(s.runCtx)
-		}()
 	}
 	if s.aof != nil {
 		s.bgDone.Add(1)
@@ -336,7 +314,7 @@ func (s *Store) Existing(names []string) int {
 // A table-backed set cannot be deleted: ErrSetReadOnly.
 func (s *Store) Delete(names []string) (int, error) {
 	for _, name := range names {
-		if s.sets[name] != nil || s.isExpiringSet(name) {
+		if s.sets[name] != nil || s.expiringSet(name) != nil {
 			return 0, ErrSetReadOnly
 		}
 	}
@@ -439,12 +417,19 @@ func (s *Store) Sets() []*Set {
 // Set returns the table-backed set named name, or nil.
 func (s *Store) Set(name string) *Set { return s.sets[name] }
 
-// Ready reports whether every table-backed set is ready.
+// Ready reports whether every table-backed set is ready (SetStatus.Ready).
 func (s *Store) Ready() bool {
 	for _, set := range s.sets {
 		if !set.gate.Ready() {
 			return false
 		}
 	}
-	return s.expiringSetsReady()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, o := range s.keys {
+		if o.table() != nil && !s.expiringReady(o) {
+			return false
+		}
+	}
+	return true
 }

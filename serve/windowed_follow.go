@@ -241,7 +241,7 @@ func (s *Store) watchExpiringFeed(ctx context.Context, o *object) {
 }
 
 // reasonLocked says why a followed set is not fresh.
-func (fl *expiringFollow) reasonLocked(lag time.Duration, cfg ExpiringSetConfig) string {
+func (fl *expiringFollow) reasonLocked(lag time.Duration, cfg ExpiringConfig) string {
 	reason := "change feed: catching up with the database's head as of the start; every lookup answers present"
 	if _, passed := fl.heads.Passed(); passed {
 		reason = fmt.Sprintf("change feed: lag %v exceeds max-lag %v; every lookup answers present", lag.Round(time.Millisecond), cfg.MaxLag)

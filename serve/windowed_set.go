@@ -2,10 +2,8 @@ package serve
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -14,12 +12,12 @@ import (
 )
 
 // Table-backed expiring sets: an expiring key whose items are the rows of a
-// table with an expiry column (a revocations table), declared in
-// Config.ExpiringSets. The table is the durable record, so the set is
+// table with an expiry column (a revocations table): a set of Config.Sets
+// with SetConfig.Expiring. The table is the durable record, so the set is
 // neither logged nor snapshotted: it is built from the rows whose expiry is
 // ahead at start, and takes BG.XADD from services that call it (before the
 // row's transaction commits). Rows written by any other service reach it
-// through the table's change feed (ExpiringSetConfig.Feed) or, without one,
+// through the table's change feed (ExpiringConfig.Feed) or, without one,
 // at the next rescan, every RefreshInterval. Rows drop out when their
 // expiry passes, with no delete; a row deleted from the table stays present
 // until its expiry (a false positive, never a false negative). Until the
@@ -56,12 +54,10 @@ type ExpiringFeed interface {
 	Err() error
 }
 
-// ExpiringSetConfig declares a table-backed expiring set. The zero value of
-// every field but Name, Source and Params.MaxTTL and Params.Capacity means
-// its default.
-type ExpiringSetConfig struct {
-	// Name is the key clients use. Required.
-	Name string
+// ExpiringConfig makes a table-backed set (SetConfig.Expiring) an expiring
+// one. The zero value of every field but Source, Params.MaxTTL and
+// Params.Capacity means its default.
+type ExpiringConfig struct {
 	// Source streams the rows. Required.
 	Source ExpiringSource
 	// Params size the filter (see ExpiringParams): MaxTTL must cover the
@@ -89,7 +85,7 @@ const (
 
 // expiringTable is the table side of a table-backed expiring set.
 type expiringTable struct {
-	cfg      ExpiringSetConfig
+	cfg      ExpiringConfig
 	ready    atomic.Bool
 	scans    atomic.Uint64 // completed scans
 	failures atomic.Uint64 // failed scans (with a Feed: bootstraps and streams)
@@ -97,57 +93,51 @@ type expiringTable struct {
 	follow   *expiringFollow
 }
 
-// openExpiringSets declares the table-backed expiring sets; called by Open
-// after recovery, so a stored key of the same name is found.
-func (s *Store) openExpiringSets() error {
-	for _, sc := range s.cfg.ExpiringSets {
-		if sc.RefreshInterval == 0 {
-			sc.RefreshInterval = defaultRefreshInterval
-		}
-		p := sc.Params.withDefaults()
-		switch {
-		case sc.Name == "":
-			return errors.New("serve: expiring set without a name")
-		case sc.Source == nil:
-			return fmt.Errorf("serve: expiring set %q has no source", sc.Name)
-		case sc.RefreshInterval < 0:
-			return fmt.Errorf("serve: expiring set %q: negative refresh interval", sc.Name)
-		case s.sets[sc.Name] != nil || s.keys[sc.Name] != nil:
-			return fmt.Errorf("serve: expiring set %q: a set or stored key already has that name", sc.Name)
-		}
-		if err := p.check(); err != nil {
-			return fmt.Errorf("serve: expiring set %q: %w", sc.Name, err)
-		}
-		o, err := newObject(sc.Name, p, s.cfg.Now)
-		if err != nil {
-			return fmt.Errorf("serve: expiring set %q: %w", sc.Name, err)
-		}
-		if sc.MaxLag <= 0 {
-			sc.MaxLag = bloomgate.DefaultMaxLag
-		}
-		k := o.key.(*expiringKey) // built from ExpiringParams
-		k.table = &expiringTable{cfg: sc}
-		if sc.Feed != nil {
-			k.table.follow = &expiringFollow{}
-		}
-		k.failOpenUntil.Store(math.MaxInt64) // until the first scan
-		s.keys[sc.Name] = o
-		s.used.Add(o.bytes)
+// openExpiringSet declares the table-backed expiring set name in the
+// keyspace; called by openSets after recovery, so a stored key of the same
+// name is found. Its table is read by runExpiringTable or runExpiringFeed.
+func (s *Store) openExpiringSet(name string, sc ExpiringConfig) error {
+	if sc.RefreshInterval == 0 {
+		sc.RefreshInterval = defaultRefreshInterval
 	}
-	for _, o := range s.keys {
-		if o.table() != nil {
-			s.bgDone.Add(1)
-			go func() {
-				defer s.bgDone.Done()
-				if o.table().follow != nil {
-					s.runExpiringFeed(s.runCtx, o)
-					return
-				}
-				s.runExpiringTable(s.runCtx, o)
-			}()
-		}
+	p := sc.Params.withDefaults()
+	switch {
+	case sc.Source == nil:
+		return fmt.Errorf("serve: expiring set %q has no source", name)
+	case sc.RefreshInterval < 0:
+		return fmt.Errorf("serve: expiring set %q: negative refresh interval", name)
+	case s.keys[name] != nil:
+		return fmt.Errorf("serve: expiring set %q: a set or stored key already has that name", name)
 	}
+	if err := p.check(); err != nil {
+		return fmt.Errorf("serve: expiring set %q: %w", name, err)
+	}
+	o, err := newObject(name, p, s.cfg.Now)
+	if err != nil {
+		return fmt.Errorf("serve: expiring set %q: %w", name, err)
+	}
+	if sc.MaxLag <= 0 {
+		sc.MaxLag = bloomgate.DefaultMaxLag
+	}
+	k := o.key.(*expiringKey) // built from ExpiringParams
+	k.table = &expiringTable{cfg: sc}
+	if sc.Feed != nil {
+		k.table.follow = &expiringFollow{}
+	}
+	k.failOpenUntil.Store(math.MaxInt64) // until the first scan
+	s.keys[name] = o
+	s.used.Add(o.bytes)
 	return nil
+}
+
+// runExpiringSet keeps the expiring set o in step with its table until the
+// store stops.
+func (s *Store) runExpiringSet(ctx context.Context, o *object) {
+	if o.table().follow != nil {
+		s.runExpiringFeed(ctx, o)
+		return
+	}
+	s.runExpiringTable(ctx, o)
 }
 
 // runExpiringTable scans the table at start (retrying until it succeeds)
@@ -253,25 +243,15 @@ func (s *Store) failOpenRow(o *object, until int64) {
 		"set", o.name, "until", time.Unix(0, until), "max_ttl", k.p.MaxTTL)
 }
 
-// isExpiringSet reports whether name is a table-backed expiring set.
-func (s *Store) isExpiringSet(name string) bool {
+// expiringSet returns the table-backed expiring set name, or nil.
+func (s *Store) expiringSet(name string) *object {
 	s.mu.RLock()
 	o := s.keys[name]
 	s.mu.RUnlock()
-	return o != nil && o.table() != nil
-}
-
-// expiringSetsReady reports whether every table-backed expiring set answers
-// from its filter (see ExpiringSetStatus.Ready).
-func (s *Store) expiringSetsReady() bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	for _, o := range s.keys {
-		if o.table() != nil && !s.expiringReady(o) {
-			return false
-		}
+	if o == nil || o.table() == nil {
+		return nil
 	}
-	return true
+	return o
 }
 
 // expiringReady: scanned once and, with a feed, fresh.
@@ -280,42 +260,31 @@ func (s *Store) expiringReady(o *object) bool {
 	return t.ready.Load() && (t.follow == nil || s.cfg.Now().UnixNano() <= t.follow.freshUntil.Load())
 }
 
-// ExpiringSetStatus is the state of a table-backed expiring set.
-type ExpiringSetStatus struct {
-	// Ready: the set answers "absent" from its filter. It is false until
-	// the first scan completes and, with a feed, until the stream has
-	// caught up with the database's head as of the start, and whenever it
-	// falls more than MaxLag behind; the set then answers present to every
-	// lookup, and Reason says why.
-	Ready    bool
+// ExpiringStatus is the part of SetStatus only an expiring set has.
+type ExpiringStatus struct {
 	Scans    uint64 // completed scans (with a feed: bootstraps)
 	Failures uint64 // failed scans (with a feed: failed bootstraps and streams)
 	Rows     uint64 // live rows in the last completed scan
-	// Follow: the set follows the table's change feed; Position is the
-	// feed position applied, Lag how far behind the database's head it is
-	// (the age of the newest head it has passed).
-	Follow   bool
-	Position changefeed.Position
-	Lag      time.Duration
-	Reason   string // why the set is not Ready; "" when it is
 }
 
-// ExpiringSet returns the status of the table-backed expiring set name, and
-// false when name is not one.
-func (s *Store) ExpiringSet(name string) (ExpiringSetStatus, bool) {
-	s.mu.RLock()
-	o := s.keys[name]
-	s.mu.RUnlock()
-	if o == nil || o.table() == nil {
-		return ExpiringSetStatus{}, false
-	}
+// expiringStatus is SetStatus of the expiring set o. Ready is false until
+// the first scan completes and, with a feed, until the stream has caught up
+// with the database's head as of the start, and whenever it falls more than
+// MaxLag behind; the set then answers present to every lookup, and Reason
+// says why. Mode is ModeFollow with a feed (Role RoleFollower; Lag is the
+// age of the newest head it has passed), else ModeRebuild (rescans).
+func (s *Store) expiringStatus(o *object) SetStatus {
 	t := o.table()
-	st := ExpiringSetStatus{Ready: s.expiringReady(o), Scans: t.scans.Load(), Failures: t.failures.Load(), Rows: t.rows.Load()}
+	st := SetStatus{
+		Ready:    s.expiringReady(o),
+		State:    bloomgate.StateReady,
+		Expiring: &ExpiringStatus{Scans: t.scans.Load(), Failures: t.failures.Load(), Rows: t.rows.Load()},
+	}
 	if !t.ready.Load() {
 		st.Reason = "the table has not been scanned yet; every lookup answers present"
 	}
 	if fl := t.follow; fl != nil {
-		st.Follow = true
+		st.Mode, st.Role = ModeFollow, RoleFollower
 		fl.mu.Lock()
 		st.Position = fl.pos
 		st.Lag = fl.lagLocked(s.cfg.Now())
@@ -324,20 +293,11 @@ func (s *Store) ExpiringSet(name string) (ExpiringSetStatus, bool) {
 		}
 		fl.mu.Unlock()
 	}
-	return st, true
-}
-
-// ExpiringSetNames returns the names of the table-backed expiring sets,
-// sorted.
-func (s *Store) ExpiringSetNames() []string {
-	s.mu.RLock()
-	var names []string
-	for name, o := range s.keys {
-		if o.table() != nil {
-			names = append(names, name)
+	if !st.Ready {
+		st.State = bloomgate.StateWarming
+		if st.Expiring.Scans > 0 {
+			st.State = bloomgate.StateDegraded
 		}
 	}
-	s.mu.RUnlock()
-	slices.Sort(names)
-	return names
+	return st
 }

@@ -56,12 +56,11 @@ func TestExpiringSetSQLite(t *testing.T) {
 		db.ExecContext(ctx, "INSERT INTO revocations VALUES (?, ?)", jti, now.Add(-time.Duration(i+1)*time.Minute).Unix())
 	}
 	db.ExecContext(ctx, "INSERT INTO revocations VALUES (NULL, ?), ('no-expiry', NULL)", now.Add(time.Hour).Unix())
-	cfg := serve.Config{Now: c.Now, DataDir: filepath.Join(dir, "data"), ExpiringSets: []serve.ExpiringSetConfig{{
-		Name:            "revoked",
+	cfg := serve.Config{Now: c.Now, DataDir: filepath.Join(dir, "data"), Sets: []serve.SetConfig{{Name: "revoked", Expiring: &serve.ExpiringConfig{
 		Source:          sqlite.Expiring{DB: db, Table: "revocations", KeyColumn: "jti", ExpiresColumn: "expires_at"},
 		Params:          serve.ExpiringParams{MaxTTL: 70 * time.Minute, Capacity: 3000},
 		RefreshInterval: 20 * time.Millisecond,
-	}}}
+	}}}}
 	s, err := serve.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -95,8 +94,8 @@ func TestExpiringSetSQLite(t *testing.T) {
 		}
 	}
 	checkSet(s, "after the first scan")
-	if st, ok := s.ExpiringSet("revoked"); !ok || !st.Ready || st.Rows != 1000 {
-		t.Errorf("ExpiringSet = %+v, %v; want ready with 1000 live rows", st, ok)
+	if st, ok := s.SetStatus("revoked"); !ok || !st.Ready || st.Expiring == nil || st.Expiring.Rows != 1000 {
+		t.Errorf("SetStatus = %+v, %v; want ready with 1000 live rows", st, ok)
 	}
 	// A row written by a service that does not BG.XADD: seen at a rescan.
 	db.ExecContext(ctx, "INSERT INTO revocations VALUES ('behind-its-back', ?)", now.Add(30*time.Minute).Unix())
@@ -143,9 +142,9 @@ func TestExpiringSetSQLite(t *testing.T) {
 // TestExpiringSetSourceDown: a set whose table cannot be read is not ready
 // and answers present to every lookup.
 func TestExpiringSetSourceDown(t *testing.T) {
-	s, err := serve.Open(serve.Config{ExpiringSets: []serve.ExpiringSetConfig{{
-		Name: "revoked", Source: failingSource{}, Params: serve.ExpiringParams{MaxTTL: time.Hour, Capacity: 100},
-	}}})
+	s, err := serve.Open(serve.Config{Sets: []serve.SetConfig{{Name: "revoked", Expiring: &serve.ExpiringConfig{
+		Source: failingSource{}, Params: serve.ExpiringParams{MaxTTL: time.Hour, Capacity: 100},
+	}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +156,7 @@ func TestExpiringSetSourceDown(t *testing.T) {
 	if got, _ := expiringHeld(s.MayContain("revoked", [][]byte{[]byte("anything")})); !got[0] {
 		t.Error("a set that was never scanned answered absent")
 	}
-	if _, err := serve.Open(serve.Config{ExpiringSets: []serve.ExpiringSetConfig{{Name: "x", Source: failingSource{}}}}); err == nil {
+	if _, err := serve.Open(serve.Config{Sets: []serve.SetConfig{{Name: "x", Expiring: &serve.ExpiringConfig{Source: failingSource{}}}}}); err == nil {
 		t.Error("an expiring set without a max TTL was accepted")
 	}
 }
@@ -187,9 +186,9 @@ func TestExpiringSetBeyondMaxTTL(t *testing.T) {
 	// Windows of 3 h, two generations: "soon" takes the one ending 03:00,
 	// "later" the one ending 06:00, and "far" (09:00) finds none.
 	rows := rowsSource{{"soon", t0.Add(time.Hour)}, {"later", t0.Add(4 * time.Hour)}, {"far", t0.Add(8 * time.Hour)}}
-	s, err := serve.Open(serve.Config{Now: c.Now, ExpiringSets: []serve.ExpiringSetConfig{{
-		Name: "r", Source: rows, Params: serve.ExpiringParams{MaxTTL: 3 * time.Hour, Capacity: 100, Generations: 2},
-	}}})
+	s, err := serve.Open(serve.Config{Now: c.Now, Sets: []serve.SetConfig{{Name: "r", Expiring: &serve.ExpiringConfig{
+		Source: rows, Params: serve.ExpiringParams{MaxTTL: 3 * time.Hour, Capacity: 100, Generations: 2},
+	}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,9 +212,9 @@ func TestExpiringSetBeyondMaxTTLHeld(t *testing.T) {
 	c.ns.Store(t0.UnixNano())
 	// Windows of 30 s (max TTL 30 s, two generations): "far" expires in 90 s.
 	rows := rowsSource{{"far", t0.Add(90 * time.Second)}}
-	s, err := serve.Open(serve.Config{Now: c.Now, ExpiringSets: []serve.ExpiringSetConfig{{
-		Name: "r", Source: rows, Params: serve.ExpiringParams{MaxTTL: 30 * time.Second, Capacity: 100, Generations: 2},
-	}}})
+	s, err := serve.Open(serve.Config{Now: c.Now, Sets: []serve.SetConfig{{Name: "r", Expiring: &serve.ExpiringConfig{
+		Source: rows, Params: serve.ExpiringParams{MaxTTL: 30 * time.Second, Capacity: 100, Generations: 2},
+	}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

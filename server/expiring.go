@@ -2,13 +2,12 @@ package server
 
 import (
 	"context"
-	"log/slog"
 
 	"github.com/bloomgate/bloomgate/serve"
 )
 
 // A set of filter.FamilyWindowed is a table-backed expiring set
-// (serve.ExpiringSetConfig). In the config file:
+// (serve.SetConfig with Expiring). In the config file:
 //
 //	set revoked {
 //	  postgres postgres://app@127.0.0.1:5432/app
@@ -30,24 +29,31 @@ import (
 // table, column and expires-column, a query returning the key and its
 // expiry.
 
-// expiringSetConfig returns the serve config of an expiring set whose
-// source is src, opening its change feed when it follows one. The returned
-// closers release the feed (dropping its slot).
-func expiringSetConfig(ctx context.Context, s *SetConfig, src *openedSource, log *slog.Logger) (serve.ExpiringSetConfig, []func(), error) {
-	sc := serve.ExpiringSetConfig{
-		Name: s.Name,
+// expiringConfig is the serve config of the expiring set s, with src and
+// feed as its source and feed (feed nil: it rescans).
+func expiringConfig(s *SetConfig, src serve.ExpiringSource, feed serve.ExpiringFeed) *serve.ExpiringConfig {
+	ec := &serve.ExpiringConfig{
 		Params: serve.ExpiringParams{MaxTTL: s.Expiring.MaxTTL, Capacity: s.Capacity, ErrorRate: s.FPRate,
 			Generations: s.Expiring.Generations},
 		RefreshInterval: s.RebuildInterval,
-		Source:          src.expiring,
+		Source:          src,
 	}
+	if feed != nil {
+		ec.Feed, ec.MaxLag = feed, s.Feed.MaxLag
+	}
+	return ec
+}
+
+// openExpiringFeed opens the change feed of an expiring set whose source is
+// src, when it follows one (else nil). The returned closers release the
+// feed (dropping its slot).
+func openExpiringFeed(ctx context.Context, s *SetConfig, src *openedSource) (serve.ExpiringFeed, []func(), error) {
 	if !s.follows() || src.expiringFeed == nil {
-		return sc, nil, nil
+		return nil, nil, nil
 	}
 	feed, closeFeed, err := src.expiringFeed(ctx)
 	if err != nil {
-		return sc, []func(){closeFeed}, err
+		return nil, []func(){closeFeed}, err
 	}
-	sc.Feed, sc.MaxLag = feed, s.Feed.MaxLag
-	return sc, []func(){closeFeed}, nil
+	return feed, []func(){closeFeed}, nil
 }

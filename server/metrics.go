@@ -45,31 +45,17 @@ func (c setCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return 0
 	}
-	for _, set := range c.store.Sets() {
-		st := set.Status()
-		name := set.Name()
+	for _, name := range c.store.SetNames() {
+		st, ok := c.store.SetStatus(name)
+		if !ok {
+			continue
+		}
 		ch <- prometheus.MustNewConstMetric(descSetReady, prometheus.GaugeValue, b2f(st.Ready), name)
 		for _, r := range allRoles {
 			ch <- prometheus.MustNewConstMetric(descSetRole, prometheus.GaugeValue, b2f(r == st.Role), name, r.String())
 		}
 		for _, m := range []serve.Mode{serve.ModeRebuild, serve.ModeFollow} {
 			ch <- prometheus.MustNewConstMetric(descSetMode, prometheus.GaugeValue, b2f(m == st.Mode), name, m.String())
-		}
-		ch <- prometheus.MustNewConstMetric(descSetPosition, prometheus.GaugeValue, float64(st.Position), name)
-		ch <- prometheus.MustNewConstMetric(descSetLag, prometheus.GaugeValue, st.Lag.Seconds(), name)
-	}
-	for _, name := range c.store.ExpiringSetNames() {
-		st, _ := c.store.ExpiringSet(name)
-		role, mode := serve.RoleNone, serve.ModeRebuild
-		if st.Follow {
-			role, mode = serve.RoleFollower, serve.ModeFollow
-		}
-		ch <- prometheus.MustNewConstMetric(descSetReady, prometheus.GaugeValue, b2f(st.Ready), name)
-		for _, r := range allRoles {
-			ch <- prometheus.MustNewConstMetric(descSetRole, prometheus.GaugeValue, b2f(r == role), name, r.String())
-		}
-		for _, m := range []serve.Mode{serve.ModeRebuild, serve.ModeFollow} {
-			ch <- prometheus.MustNewConstMetric(descSetMode, prometheus.GaugeValue, b2f(m == mode), name, m.String())
 		}
 		ch <- prometheus.MustNewConstMetric(descSetPosition, prometheus.GaugeValue, float64(st.Position), name)
 		ch <- prometheus.MustNewConstMetric(descSetLag, prometheus.GaugeValue, st.Lag.Seconds(), name)

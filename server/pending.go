@@ -285,23 +285,16 @@ var (
 
 // declaredSets returns the keyspace's declaration of cfg's sets, each with
 // the pendingSet's stand-ins in place of its connections.
-func declaredSets(cfg *Config, pending []*pendingSet) ([]serve.SetConfig, []serve.ExpiringSetConfig) {
+func declaredSets(cfg *Config, pending []*pendingSet) []serve.SetConfig {
 	var sets []serve.SetConfig
-	var expiring []serve.ExpiringSetConfig
 	for i := range cfg.Sets {
 		s, p := &cfg.Sets[i], pending[i]
 		if s.expiring() {
-			ec := serve.ExpiringSetConfig{
-				Name: s.Name,
-				Params: serve.ExpiringParams{MaxTTL: s.Expiring.MaxTTL, Capacity: s.Capacity, ErrorRate: s.FPRate,
-					Generations: s.Expiring.Generations},
-				RefreshInterval: s.RebuildInterval,
-				Source:          pendingExpiringSource{p},
-			}
+			var feed serve.ExpiringFeed
 			if s.follows() && s.Source.Driver == SourcePostgres {
-				ec.Feed, ec.MaxLag = pendingExpiringFeed{p}, s.Feed.MaxLag
+				feed = pendingExpiringFeed{p}
 			}
-			expiring = append(expiring, ec)
+			sets = append(sets, serve.SetConfig{Name: s.Name, Family: s.Family, Expiring: expiringConfig(s, pendingExpiringSource{p}, feed)})
 			continue
 		}
 		sc := setConfig(cfg, s)
@@ -316,7 +309,7 @@ func declaredSets(cfg *Config, pending []*pendingSet) ([]serve.SetConfig, []serv
 		}
 		sets = append(sets, sc)
 	}
-	return sets, expiring
+	return sets
 }
 
 // setConfig is a bloom or cuckoo set's keyspace config, without its

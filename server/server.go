@@ -176,14 +176,13 @@ func Listen(cfg Config) (*Server, error) {
 	for i := range cfg.Sets {
 		pending[i] = newPendingSet(&cfg.Sets[i], cfg.DataDir)
 	}
-	sets, expiring := declaredSets(&s.cfg, pending)
+	sets := declaredSets(&s.cfg, pending)
 	s.store, err = serve.Open(serve.Config{
 		DataDir:          cfg.DataDir,
 		Fsync:            cfg.Fsync,
 		SnapshotInterval: cfg.SnapshotInterval,
 		MaxMemory:        cfg.MaxMemory,
 		Sets:             sets,
-		ExpiringSets:     expiring,
 		Logger:           s.log,
 		Positions:        positionNotation(),
 	})
@@ -435,9 +434,9 @@ func openSet(ctx context.Context, cfg *Config, i int, p *pendingSet) ([]func(), 
 	}
 	p.src = src
 	if s.expiring() {
-		ec, cs, err := expiringSetConfig(ctx, s, src, log)
+		feed, cs, err := openExpiringFeed(ctx, s, src)
 		closers = append(closers, cs...)
-		p.expFd = ec.Feed
+		p.expFd = feed
 		return closers, err
 	}
 	if !s.follows() {

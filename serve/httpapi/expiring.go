@@ -101,37 +101,12 @@ func (a *api) addExpiring(w http.ResponseWriter, name string, keys [][]byte, bod
 	writeJSON(w, http.StatusOK, map[string]any{"added": added})
 }
 
-// expiringReadiness adds the table-backed expiring sets to /readyz's sets
-// and reports whether all of them are ready (scanned once).
-func (a *api) expiringReadiness(sets map[string]SetReadiness) bool {
-	ready := true
-	for _, name := range a.store.ExpiringSetNames() {
-		sr, ok := a.expiringSetReadiness(name)
-		if !ok {
-			continue // deleted meanwhile
-		}
-		sets[name] = sr
-		ready = ready && sr.Ready
-	}
-	return ready
-}
-
 // expiringSetReadiness describes a table-backed expiring set as /readyz
 // does; ok is false for a key that is not one.
 func (a *api) expiringSetReadiness(name string) (SetReadiness, bool) {
-	st, ok := a.store.ExpiringSet(name)
-	if !ok {
+	st, ok := a.store.SetStatus(name)
+	if !ok || st.Expiring == nil {
 		return SetReadiness{}, false
 	}
-	sr := SetReadiness{Ready: st.Ready, Mode: "rescan", Role: "none", State: "ready", Position: a.store.FormatPosition(st.Position)}
-	if st.Follow {
-		sr.Mode, sr.Role, sr.LagSeconds = "follow", "follower", st.Lag.Seconds()
-	}
-	if !st.Ready {
-		sr.State, sr.Reason = "warming", st.Reason
-		if st.Scans > 0 {
-			sr.State = "degraded"
-		}
-	}
-	return sr, true
+	return a.readiness(st), true
 }

@@ -74,9 +74,9 @@ func (downSource) ScanExpiring(context.Context, func([]byte, time.Time) error) e
 // TestHTTPExpiringSetNotReady: a table-backed expiring set that was never
 // scanned reports ready false, answers may_contain true, and fails /readyz.
 func TestHTTPExpiringSetNotReady(t *testing.T) {
-	st, err := serve.Open(serve.Config{ExpiringSets: []serve.ExpiringSetConfig{{
-		Name: "revoked", Source: downSource{}, Params: serve.ExpiringParams{MaxTTL: time.Hour, Capacity: 100},
-	}}})
+	st, err := serve.Open(serve.Config{Sets: []serve.SetConfig{{Name: "revoked", Expiring: &serve.ExpiringConfig{
+		Source: downSource{}, Params: serve.ExpiringParams{MaxTTL: time.Hour, Capacity: 100},
+	}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -278,21 +278,30 @@ func rfc3339(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-func (a *api) readiness(s *serve.Set) SetReadiness {
-	st := s.Status()
-	return SetReadiness{Ready: st.Ready, Mode: st.Mode.String(), Role: st.Role.String(), State: st.State.String(),
+// readiness describes a table-backed set (expiring or not) as /readyz does.
+// An expiring set that does not follow a feed rescans its table: mode
+// "rescan".
+func (a *api) readiness(st serve.SetStatus) SetReadiness {
+	mode := st.Mode.String()
+	if st.Expiring != nil && st.Mode == serve.ModeRebuild {
+		mode = "rescan"
+	}
+	return SetReadiness{Ready: st.Ready, Mode: mode, Role: st.Role.String(), State: st.State.String(),
 		Reason: st.Reason, Position: a.store.FormatPosition(st.Position), LagSeconds: st.Lag.Seconds(), Generation: st.Generation}
 }
 
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	sets := map[string]SetReadiness{}
 	ready := true
-	for _, s := range a.store.Sets() {
-		sr := a.readiness(s)
-		sets[s.Name()] = sr
+	for _, name := range a.store.SetNames() {
+		st, ok := a.store.SetStatus(name)
+		if !ok {
+			continue // an expiring set deleted meanwhile
+		}
+		sr := a.readiness(st)
+		sets[name] = sr
 		ready = ready && sr.Ready
 	}
-	ready = a.expiringReadiness(sets) && ready
 	body := map[string]any{"sets": sets}
 	if len(a.cfg.Dependencies) > 0 {
 		deps := map[string]any{}
@@ -327,7 +336,7 @@ func (a *api) atParam(w http.ResponseWriter, r *http.Request) (pos changefeed.Po
 func (a *api) info(name string) (SetInfo, bool) {
 	if s := a.store.Set(name); s != nil {
 		st := s.Stats()
-		rd := a.readiness(s)
+		rd := a.readiness(s.Status())
 		return SetInfo{
 			Name: name, Kind: "set", Ready: s.Ready(), State: st.State.String(), Reason: st.Reason,
 			Filter: s.Family().Name, Capacity: st.Filter.Capacity, Items: st.Filter.Items, Bytes: st.Filter.Bytes,
