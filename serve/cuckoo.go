@@ -248,17 +248,23 @@ func (s *Store) Insert(name string, items [][]byte, opt InsertOptions) (res []In
 		if nx {
 			op = opAddNX
 		}
-		hashes := make([]uint64, len(items))
+		// The hashes are scratch: the log copies them into its record
+		// frame before Append returns (escape analysis cannot see that, so a make
+		// here was an allocation per insert).
+		scratch := getHashes(len(items))
+		hashes := scratch.h
 		seed := k.f.Seed()
 		for i, it := range items {
 			hashes[i] = filter.Hash(it, seed)
 		}
 		pos, err := s.commit(o, op, hashes)
 		if err != nil {
+			putHashes(scratch)
 			o.mu.Unlock()
 			return nil, nil, err
 		}
 		res, full := k.add(hashes, nx)
+		putHashes(scratch)
 		s.remeasure(o)
 		o.mu.Unlock()
 		return res, full, s.waitDurable(pos)
