@@ -101,8 +101,8 @@ const (
 	growFactor = 2
 )
 
-// Follow keeps the gate in step with a change feed until ctx is done, and
-// returns ctx's error (or ErrClosed). It replaces Run: every row any writer
+// Follow keeps the gate in step with a change feed until ctx is done or the
+// gate is closed, and returns ctx's error or ErrClosed. It replaces Run: every row any writer
 // commits reaches the filter, deletes included, without Add or Remove (Add
 // before commit still gives a writer its own rows at once).
 //
@@ -147,6 +147,19 @@ func (g *Gate) Follow(ctx context.Context, feed Feed, cfg FollowConfig) error {
 		g.following = false
 		g.mu.Unlock()
 	}()
+	// Close ends the run: ctx is cancelled with ErrClosed as its cause.
+	parent := ctx
+	ctx, cancel := context.WithCancelCause(parent)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-g.closing:
+			cancel(ErrClosed)
+		case <-ctx.Done():
+		}
+	}()
+	defer func() { cancel(nil); <-watched }()
 	fresh := false
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 30 * time.Second}
 	for {
@@ -158,11 +171,11 @@ func (g *Gate) Follow(ctx context.Context, feed Feed, cfg FollowConfig) error {
 		fl.mu.Lock()
 		applied := fl.applied
 		fl.mu.Unlock()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, ErrClosed) {
+		if err := parent.Err(); err != nil {
 			return err
+		}
+		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+			return ErrClosed
 		}
 		fresh = errors.Is(err, changefeed.ErrRebuild)
 		cause := feedCause(err)
@@ -179,7 +192,10 @@ func (g *Gate) Follow(ctx context.Context, feed Feed, cfg FollowConfig) error {
 		}
 		g.degradeFeed(fmt.Sprintf("%s: %v", cause, err))
 		if err := retry.Wait(ctx); err != nil {
-			return err
+			if perr := parent.Err(); perr != nil {
+				return perr
+			}
+			return ErrClosed
 		}
 		if applied > 0 {
 			retry.Reset()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -561,4 +562,57 @@ func TestFollowSnapshotNotAheadOfStream(t *testing.T) {
 				saved[i], i+1, len(saved), st.Filter.Items, len(live), st.Filter.RemoveMisses)
 		}
 	}
+}
+
+// TestFollowEndsOnClose: Close ends a running Follow with ErrClosed, as the
+// doc says, even while the feed goes on delivering transactions, and Follow
+// leaves no goroutine of its own behind.
+func TestFollowEndsOnClose(t *testing.T) {
+	feed := memfeed.NewFeed(keys("user", 100)...)
+	g := newGate(t, bloomgate.Config{Source: memfeed.NewSource()})
+	done := make(chan error, 1)
+	go func() { done <- g.Follow(context.Background(), feed, bloomgate.FollowConfig{}) }()
+	waitFor(t, g.Ready)
+	stop := make(chan struct{})
+	var writers sync.WaitGroup
+	writers.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			feed.Commit([]string{fmt.Sprintf("new%d", i)}, nil)
+			time.Sleep(time.Millisecond)
+		}
+	})
+	defer func() { close(stop); writers.Wait() }()
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, bloomgate.ErrClosed) {
+			t.Fatalf("Follow returned %v after Close, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Follow still running 10 s after Close")
+	}
+	// A closed gate's Follow returns at once, too.
+	if err := g.Follow(context.Background(), feed, bloomgate.FollowConfig{}); !errors.Is(err, bloomgate.ErrClosed) {
+		t.Fatalf("Follow on a closed gate returned %v", err)
+	}
+	// Nothing of Follow's runs on: no goroutine is in Follow or the
+	// follower (tests that run beside this one are parallel, paused until
+	// it ends).
+	waitFor(t, func() bool {
+		buf := make([]byte, 1<<20)
+		n := runtime.Stack(buf, true)
+		for n == len(buf) {
+			buf = make([]byte, 2*len(buf))
+			n = runtime.Stack(buf, true)
+		}
+		stacks := string(buf[:n])
+		return !strings.Contains(stacks, "bloomgate.(*Gate).Follow") && !strings.Contains(stacks, "bloomgate.(*follower)")
+	})
 }

@@ -284,6 +284,7 @@ type Gate struct {
 
 	auditCh   chan []byte   // sampled "absent" answers, nil without Config.Audit
 	auditStop chan struct{} // closed by Close
+	closing   chan struct{} // closed by Close: ends a running Follow
 }
 
 // New returns a gate in StateWarming. Call Warm or Run to build its filter;
@@ -294,6 +295,7 @@ func New(cfg Config) (*Gate, error) {
 	}
 	g := &Gate{cfg: cfg, seed: rand.Uint64(), journal: newJournal(cfg.RebuildOverlap), m: &metrics{lookups: newLookupCounts()}, epoch: cfg.Now()}
 	g.view.Store(&view{state: StateWarming, reason: "not warmed yet"})
+	g.closing = make(chan struct{})
 	if cfg.Audit != nil {
 		g.auditCh, g.auditStop = make(chan []byte, 16), make(chan struct{})
 		go g.audit(g.auditCh, g.auditStop)
@@ -555,16 +557,19 @@ func (g *Gate) noteSwapLocked() {
 	g.m.lastSwap.Store(g.cfg.Now().UnixNano())
 }
 
-// Close unregisters the metrics and makes further Add and Remove fail with
-// ErrClosed. From then on every lookup fails open ("maybe present"): a row an
+// Close unregisters the metrics, makes further Add and Remove fail with
+// ErrClosed, and ends a running Follow, which returns ErrClosed. From then on every lookup fails open ("maybe present"): a row an
 // application still inserts cannot reach the filter. Close is idempotent.
 func (g *Gate) Close() error {
 	g.mu.Lock()
 	was := g.closed
 	g.closed = true
 	g.setStateLocked(StateDegraded, "closed")
-	if !was && g.auditStop != nil {
-		close(g.auditStop)
+	if !was {
+		close(g.closing)
+		if g.auditStop != nil {
+			close(g.auditStop)
+		}
 	}
 	g.mu.Unlock() // Unregister collects, which takes g.mu
 	if !was && g.cfg.Registerer != nil {
