@@ -196,9 +196,22 @@ type AddOptions struct {
 // row's transaction commits); added[i] is true when the gate did not already
 // report the item as maybe present.
 func (s *Store) Add(name string, items [][]byte, opt AddOptions) (added []bool, stop, err error) {
+	return s.AppendAdd(nil, name, items, opt)
+}
+
+// AppendAdd is Add with its replies appended to dst (added is dst extended
+// by one reply per item answered), so that a caller reusing dst, a front
+// end answering one request after another, allocates nothing.
+func (s *Store) AppendAdd(dst []bool, name string, items [][]byte, opt AddOptions) (added []bool, stop, err error) {
 	create, noCreate := opt.Create, opt.NoCreate
+	at := len(dst)
+	dst = grow(dst, len(items))
 	if set := s.sets[name]; set != nil {
-		return set.add(items)
+		added, stop, err := set.add(items, dst[at:])
+		if err != nil {
+			return nil, stop, err
+		}
+		return dst[:at+len(added)], stop, nil
 	}
 	if err := s.checkWrite(); err != nil {
 		return nil, nil, err
@@ -231,7 +244,7 @@ func (s *Store) Add(name string, items [][]byte, opt AddOptions) (added []bool, 
 		for i, it := range items {
 			hs[i] = k.f.Hash(it)
 		}
-		flags := make([]bool, len(hs)) // the lookups' answers, then the replies
+		flags := dst[at:] // the lookups' answers, then the replies
 		if hashes := k.candidates(hs, flags, scratch.h[len(hs):len(hs)]); len(hashes) > 0 {
 			pos, err = s.commit(o, opAdd, hashes)
 			if err != nil {
@@ -244,7 +257,7 @@ func (s *Store) Add(name string, items [][]byte, opt AddOptions) (added []bool, 
 		s.remeasure(o)
 		o.mu.Unlock()
 		putHashes(scratch)
-		return added, stop, s.waitDurable(pos)
+		return dst[:at+len(added)], stop, s.waitDurable(pos)
 	}
 }
 
@@ -351,16 +364,34 @@ func (s *Store) commit(o *object, op byte, hashes []uint64) (int64, error) {
 // expiring key holds an item until its expiry. Front ends that must answer
 // a key of another kind as empty look at kind.
 func (s *Store) MayContain(name string, items [][]byte) (held []bool, kind Kind) {
-	out := make([]bool, len(items))
+	return s.AppendMayContain(nil, name, items)
+}
+
+// AppendMayContain is MayContain with its answers appended to dst (held is
+// dst extended by one answer per item), so that a caller reusing dst, a
+// front end answering one request after another, allocates nothing.
+func (s *Store) AppendMayContain(dst []bool, name string, items [][]byte) (held []bool, kind Kind) {
+	at := len(dst)
+	dst = grow(dst, len(items))
+	out := dst[at:]
 	if set := s.sets[name]; set != nil {
 		set.mayContain(items, out)
-		return out, KindSet
+		return dst, KindSet
 	}
 	o, kind := s.lookup(name)
 	if o != nil {
 		o.key.mayContain(s.cfg.Now, items, out) // an expiring key: never a false "absent"
 	}
-	return out, kind
+	return dst, kind
+}
+
+// grow extends dst by n false values.
+func grow(dst []bool, n int) []bool {
+	dst = slices.Grow(dst, n)
+	at := len(dst)
+	dst = dst[:at+n]
+	clear(dst[at:])
+	return dst
 }
 
 // mayContainMany answers a batch of lookups on a standalone filter, one at a

@@ -64,3 +64,60 @@ func BenchmarkBFMAdd(b *testing.B) {
 		run(b, s, "users")
 	})
 }
+
+// BenchmarkAdd: one item per call into a Bloom key reserved for 16 M items
+// at 1 % (memory only, so no log write), held already or new: "alloc"
+// through Add, which allocates the replies, "reuse" through AppendAdd into
+// a buffer reused, as a front end answering BF.ADD does.
+//
+//	go test -run '^$' -bench 'BenchmarkAdd' -benchmem ./serve/
+func BenchmarkAdd(b *testing.B) {
+	s := benchKey(b)
+	held := [][]byte{[]byte("user1@example.com")}
+	s.Add("bf", held, AddOptions{})
+	fresh := [][]byte{make([]byte, 0, 32)}
+	id := 0
+	next := func() [][]byte {
+		fresh[0] = strconv.AppendInt(append(fresh[0][:0], "new"...), int64(id), 10)
+		id++
+		return fresh
+	}
+	b.Run("held/alloc", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			s.Add("bf", held, AddOptions{})
+		}
+	})
+	b.Run("held/reuse", func(b *testing.B) {
+		var buf []bool
+		b.ReportAllocs()
+		for b.Loop() {
+			buf, _, _ = s.AppendAdd(buf[:0], "bf", held, AddOptions{})
+		}
+	})
+	b.Run("new/alloc", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			s.Add("bf", next(), AddOptions{})
+		}
+	})
+	b.Run("new/reuse", func(b *testing.B) {
+		var buf []bool
+		b.ReportAllocs()
+		for b.Loop() {
+			buf, _, _ = s.AppendAdd(buf[:0], "bf", next(), AddOptions{})
+		}
+	})
+}
+
+func benchKey(b *testing.B) *Store {
+	s, err := Open(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	if err := s.Reserve("bf", BloomParams{Capacity: 1 << 24, ErrorRate: 0.01}); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}

@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -90,7 +92,8 @@ func TestDumpRoundTripsWhole(t *testing.T) {
 }
 
 // TestWriteAllocs: a write to an existing key allocates only its replies,
-// not the parameters it would create the key with.
+// not the parameters it would create the key with; into a buffer reused
+// (AppendAdd, AppendMayContain), nothing.
 func TestWriteAllocs(t *testing.T) {
 	s, err := Open(Config{})
 	if err != nil {
@@ -120,8 +123,64 @@ func TestWriteAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { s.Insert("cf", fresh[i], InsertOptions{}); i++ }); n > 1 {
 		t.Errorf("Insert: %v allocations, want 1", n)
 	}
+	// Into a buffer reused, as the front ends answer BF.ADD and BF.EXISTS:
+	// nothing, for an item held, a new one, or a lookup; nor does the
+	// key's name, a conversion of the request's bytes, escape.
+	var buf []bool
+	name := []byte("bf")
+	newItem := [][]byte{make([]byte, 0, 16)}
+	id := 0
+	for _, tc := range []struct {
+		what string
+		run  func()
+	}{
+		{"AppendAdd of an item held", func() { buf, _, _ = s.AppendAdd(buf[:0], string(name), items, AddOptions{}) }},
+		{"AppendAdd of a new item", func() {
+			newItem[0] = strconv.AppendInt(append(newItem[0][:0], 'n'), int64(id), 10)
+			id++
+			buf, _, _ = s.AppendAdd(buf[:0], string(name), newItem, AddOptions{})
+			if len(buf) != 1 || !buf[0] {
+				t.Fatalf("AppendAdd of new item %s = %v", newItem[0], buf)
+			}
+		}},
+		{"AppendMayContain", func() { buf, _ = s.AppendMayContain(buf[:0], string(name), items) }},
+	} {
+		if n := testing.AllocsPerRun(100, tc.run); n > 0 {
+			t.Errorf("%s: %v allocations, want 0", tc.what, n)
+		}
+	}
 	// CF.ADD on a Bloom key: refused before any work.
 	if n := testing.AllocsPerRun(100, func() { s.Insert("bf", items, InsertOptions{}) }); n > 0 {
 		t.Errorf("Insert on a Bloom key: %v allocations, want 0", n)
+	}
+}
+
+// TestAppendAnswers: AppendAdd and AppendMayContain keep dst's contents and
+// append what Add and MayContain answer.
+func TestAppendAnswers(t *testing.T) {
+	s, err := Open(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	items := [][]byte{[]byte("a"), []byte("b"), []byte("a")}
+	prefix := []bool{true, false, true}
+	added, stop, err := s.AppendAdd(slices.Clone(prefix), "bf", items, AddOptions{})
+	if err != nil || stop != nil {
+		t.Fatal(stop, err)
+	}
+	if want := append(slices.Clone(prefix), true, true, false); !slices.Equal(added, want) {
+		t.Errorf("AppendAdd = %v, want %v", added, want)
+	}
+	probe := [][]byte{[]byte("a"), []byte("zz-not-added"), []byte("b")}
+	want, kind := s.MayContain("bf", probe)
+	held, hkind := s.AppendMayContain(slices.Clone(prefix), "bf", probe)
+	if hkind != kind || !slices.Equal(held, append(slices.Clone(prefix), want...)) {
+		t.Errorf("AppendMayContain = %v %v, want %v then %v %v", held, hkind, prefix, want, kind)
+	}
+	// A missing key appends false, whatever dst's spare capacity held.
+	dirty := []bool{true, true, true, true}[:1]
+	if held, _ := s.AppendMayContain(dirty, "missing", probe); !slices.Equal(held, []bool{true, false, false, false}) {
+		t.Errorf("AppendMayContain on a missing key = %v", held)
 	}
 }

@@ -3,6 +3,7 @@ package serve
 import (
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -194,7 +195,10 @@ func (s *Store) getOrCreate(name string, kind Kind, noCreate bool, spec func() S
 	case noCreate:
 		return nil, ErrNotFound
 	}
-	return s.create(name, spec(), false)
+	// A copy: name may be a caller's conversion of its request's bytes,
+	// which stays on the caller's stack only if getOrCreate keeps nothing
+	// of it (a write to an existing key then allocates no name).
+	return s.create(strings.Clone(name), spec(), false)
 }
 
 // create adds a new key built from spec. If the key exists, create returns

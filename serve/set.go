@@ -406,8 +406,9 @@ func (t *Set) mayContain(items [][]byte, out []bool) {
 // when the gate would have reported item i absent just before adding it, as
 // a MayContain and then an Add per item, one after the other, would answer.
 // A refused item ends the batch.
-func (t *Set) add(items [][]byte) ([]bool, error, error) {
-	added := make([]bool, len(items))
+// The replies go into buf, len(items) long.
+func (t *Set) add(items [][]byte, buf []bool) ([]bool, error, error) {
+	added := buf
 	n, err := t.gate.AddMany(items, added)
 	added = added[:n]
 	if err != nil {

@@ -90,7 +90,8 @@ func cmdBFAdd(c *conn, args [][]byte) {
 	name := string(args[1])
 	items := c.gather(args)
 	if len(items) > 1 {
-		added, stop, err := c.s.store.Add(name, items, serve.AddOptions{})
+		added, stop, err := c.s.store.AppendAdd(c.flags[:0], name, items, serve.AddOptions{})
+		c.keepFlags(added)
 		if errors.Is(err, serve.ErrOutcomeUnknown) {
 			c.replyErr(err) // applied, not durable: no reply, as one add alone
 			return
@@ -115,7 +116,8 @@ func cmdBFAdd(c *conn, args [][]byte) {
 
 // addOne answers one BF.ADD of item, a slice of one.
 func (c *conn) addOne(name string, item [][]byte) {
-	added, stop, err := c.s.store.Add(name, item, serve.AddOptions{})
+	added, stop, err := c.s.store.AppendAdd(c.flags[:0], name, item, serve.AddOptions{})
+	c.keepFlags(added)
 	switch {
 	case err != nil:
 		c.replyErr(err)

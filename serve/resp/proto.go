@@ -25,6 +25,7 @@ type reader struct {
 	arena []byte
 	offs  []int
 	args  [][]byte
+	crlf  [2]byte // a bulk string's end (a local would escape to io.ReadFull: one allocation a bulk)
 }
 
 // readChunk bounds how much one read of a bulk string allocates ahead of
@@ -102,11 +103,10 @@ func (r *reader) bulk() error {
 		}
 		left -= step
 	}
-	var crlf [2]byte
-	if _, err := io.ReadFull(r.br, crlf[:]); err != nil {
+	if _, err := io.ReadFull(r.br, r.crlf[:]); err != nil {
 		return unexpected(err)
 	}
-	if crlf != [2]byte{'\r', '\n'} {
+	if r.crlf != [2]byte{'\r', '\n'} {
 		return &protocolError{"bulk string not terminated by CRLF"}
 	}
 	r.offs = append(r.offs, start, len(r.arena))

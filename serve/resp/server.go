@@ -382,6 +382,7 @@ type conn struct {
 	slot         slot     // under s.mu
 	cmd          string   // the command being answered, lower case
 	items        [][]byte // gather's batch, reused
+	flags        []bool   // a command's replies from the store, reused (keepFlags)
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
