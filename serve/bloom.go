@@ -196,7 +196,7 @@ type AddOptions struct {
 // row's transaction commits); added[i] is true when the gate did not already
 // report the item as maybe present.
 func (s *Store) Add(name string, items [][]byte, opt AddOptions) (added []bool, stop, err error) {
-	return s.AppendAdd(nil, name, items, opt)
+	return s.AppendAdd(make([]bool, 0, len(items)), name, items, opt)
 }
 
 // AppendAdd is Add with its replies appended to dst (added is dst extended
@@ -364,7 +364,7 @@ func (s *Store) commit(o *object, op byte, hashes []uint64) (int64, error) {
 // expiring key holds an item until its expiry. Front ends that must answer
 // a key of another kind as empty look at kind.
 func (s *Store) MayContain(name string, items [][]byte) (held []bool, kind Kind) {
-	return s.AppendMayContain(nil, name, items)
+	return s.AppendMayContain(make([]bool, 0, len(items)), name, items)
 }
 
 // AppendMayContain is MayContain with its answers appended to dst (held is

@@ -39,7 +39,7 @@ func BenchmarkRESP(b *testing.B) {
 	// and reports whether it was an error.
 	var reply func() bool
 	reply = func() bool {
-		line, err := br.ReadString('\n')
+		line, err := br.ReadSlice('\n') // no string: allocs/op are the server's
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -47,7 +47,7 @@ func BenchmarkRESP(b *testing.B) {
 		case '-':
 			return true
 		case '*':
-			n, _ := strconv.Atoi(line[1 : len(line)-2])
+			n, _ := strconv.Atoi(string(line[1 : len(line)-2]))
 			for range n {
 				reply()
 			}
@@ -91,11 +91,13 @@ func BenchmarkRESP(b *testing.B) {
 	for i := range items {
 		items[i] = fmt.Sprintf("user%d@example.com", i)
 	}
+	bfMExists := append([]string{"BF.MEXISTS", "bf"}, items...)
+	cfMExists := append([]string{"CF.MEXISTS", "cf"}, items...)
 	b.Run("bf.mexists", func(b *testing.B) {
-		run(b, false, func(int) { cmd(append([]string{"BF.MEXISTS", "bf"}, items...)...) })
+		run(b, false, func(int) { cmd(bfMExists...) })
 	})
 	b.Run("cf.mexists", func(b *testing.B) {
-		run(b, false, func(int) { cmd(append([]string{"CF.MEXISTS", "cf"}, items...)...) })
+		run(b, false, func(int) { cmd(cfMExists...) })
 	})
 	b.Run("bf.exists", func(b *testing.B) {
 		run(b, false, func(i int) { cmd("BF.EXISTS", "bf", items[i%len(items)]) })
