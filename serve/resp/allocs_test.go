@@ -80,6 +80,9 @@ func TestCommandAllocs(t *testing.T) {
 			t.Fatalf("%s %s = %q, want %q", c.cmd, c.item, r, c.want)
 		}
 	}
+	if raceEnabled {
+		return // the answers are checked above; the counts rely on pools (raceEnabled)
+	}
 	item := make([]byte, 0, 32)
 	id := 0
 	for _, tc := range []struct {
