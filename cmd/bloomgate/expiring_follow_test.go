@@ -174,6 +174,12 @@ func TestExpiringFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Kill(walsender, syscall.SIGCONT)
+	// Writes go on while the feed stalls: the database's head moves past
+	// what the set applied, so its lag grows. (With no write, the set is
+	// as fresh as the database's head and stays ready; the test then
+	// depended on PostgreSQL writing WAL of its own within the wait, and
+	// failed when it did not.)
+	exec("INSERT INTO revocations VALUES ('stall-started', $1)", live)
 	var lagged readyz
 	testsvc.Eventually(t, 20*time.Second, func() bool {
 		lagged, _ = getReadyz(httpAddr)
@@ -187,6 +193,7 @@ func TestExpiringFollow(t *testing.T) {
 	behind := time.Now()
 	syscall.Kill(walsender, syscall.SIGCONT)
 	seenBy("while-behind", behind)
+	seenBy("stall-started", time.Now())
 	waitReadyz(t, httpAddr, 30*time.Second)
 	seenBy("while-behind", time.Now())
 
