@@ -155,6 +155,18 @@ func connectMode(t testing.TB, dsn string, mode pgx.QueryExecMode) *pgx.Conn {
 	return c
 }
 
+// absentLookup is the front end's answer statement, and a lookup of a key
+// the table does not hold through c, which fails t unless it finds no row.
+func (f *frontEnd) absentLookup(t *testing.T, c *pgx.Conn) (q string, lookup func(k string)) {
+	q = "SELECT email, n FROM " + f.table + " WHERE email = $1"
+	return q, func(k string) {
+		t.Helper()
+		if err := c.QueryRow(context.Background(), q, k).Scan(new(string), new(int)); err != pgx.ErrNoRows {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+}
+
 func (f *frontEnd) count(t testing.TB, name string, labels ...string) float64 {
 	t.Helper()
 	mfs, err := f.reg.Gather()
@@ -258,13 +270,7 @@ func TestForwardReasons(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
-	q := "SELECT email, n FROM " + f.table + " WHERE email = $1"
-	lookup := func(k string) {
-		t.Helper()
-		if err := c.QueryRow(ctx, q, k).Scan(new(string), new(int)); err != pgx.ErrNoRows {
-			t.Fatalf("%s: %v", k, err)
-		}
-	}
+	q, lookup := f.absentLookup(t, c)
 	lookup("a") // learns the shape
 	lookup("b")
 	if n := testutil.ToFloat64(f.srv.table()[0].local); n != 1 {
@@ -324,13 +330,7 @@ func TestPositionReadTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
-	q := "SELECT email, n FROM " + f.table + " WHERE email = $1"
-	lookup := func(k string) {
-		t.Helper()
-		if err := c.QueryRow(ctx, q, k).Scan(new(string), new(int)); err != pgx.ErrNoRows {
-			t.Fatalf("%s: %v", k, err)
-		}
-	}
+	_, lookup := f.absentLookup(t, c)
 	lookup("a") // learns the shape
 	lookup("b")
 	before := f.count(t, "bloomgate_pgwire_forwarded_total", "reason", ReasonPositionError)
