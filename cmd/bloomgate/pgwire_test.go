@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -605,17 +606,28 @@ func TestPGFrontConfigErrors(t *testing.T) {
 
 // BenchmarkPGFrontPgbench runs pgbench's TPC-B-like transactions (simple
 // and prepared protocol; every statement forwarded: none is an answer
-// statement) straight to PostgreSQL and through the front end, and reports
-// transactions per second.
+// statement) straight to PostgreSQL, through the front end and through
+// PgBouncer (session pooling: a relay as the front end is, the peer to
+// compare with), in interleaved rounds, and reports each path's median
+// transactions per second and its ratio to direct.
+// BLOOMGATE_PGBENCH_ROUNDS sets the rounds (default 3), BLOOMGATE_PGBENCH_TIME
+// each run's seconds (default 10).
 //
 //	go test -run XXX -bench PGFrontPgbench -benchtime 1x ./cmd/bloomgate
 func BenchmarkPGFrontPgbench(b *testing.B) {
 	if _, err := exec.LookPath("pgbench"); err != nil {
 		testsvc.Unavailable(b, "pgbench: %v", err)
 	}
+	rounds, seconds := int(envFloat(b, "BLOOMGATE_PGBENCH_ROUNDS", 3)), int(envFloat(b, "BLOOMGATE_PGBENCH_TIME", 10))
 	f := startPGFront(b, "")
-	host, port, _ := net.SplitHostPort(f.addr)
-	pgbench := func(h, p string, args ...string) string {
+	upstream := fmt.Sprintf("%s:%d", f.pg.Host, f.pg.Port)
+	paths := []struct{ name, addr string }{
+		{"direct", upstream},
+		{"front", f.addr},
+		{"pgbouncer", testsvc.PgBouncer(b, upstream, "session")},
+	}
+	pgbench := func(addr string, args ...string) string {
+		h, p, _ := net.SplitHostPort(addr)
 		args = append([]string{"-h", h, "-p", p, "-U", f.pg.User}, append(args, f.pg.Database)...)
 		out, err := exec.Command("pgbench", args...).CombinedOutput()
 		if err != nil {
@@ -623,31 +635,45 @@ func BenchmarkPGFrontPgbench(b *testing.B) {
 		}
 		return string(out)
 	}
-	pgbench(f.pg.Host, strconv.Itoa(f.pg.Port), "-i", "-q", "-s", "2")
+	pgbench(upstream, "-i", "-q", "-s", "2")
 	for _, mode := range []string{"simple", "prepared"} {
-		for _, via := range []string{"direct", "front"} {
-			b.Run(mode+"/"+via, func(b *testing.B) {
-				h, p := f.pg.Host, strconv.Itoa(f.pg.Port)
-				if via == "front" {
-					h, p = host, port
-				}
-				var tps float64
-				for b.Loop() {
-					out := pgbench(h, p, "-n", "-c", "4", "-j", "2", "-T", "10", "-M", mode)
-					_, rest, ok := strings.Cut(out, "tps = ")
-					if !ok {
-						b.Fatalf("no tps in:\n%s", out)
+		b.Run(mode, func(b *testing.B) {
+			tps := make([][]float64, len(paths))
+			for b.Loop() {
+				for range rounds {
+					for i, p := range paths {
+						out := pgbench(p.addr, "-n", "-c", "4", "-j", "2", "-T", strconv.Itoa(seconds), "-M", mode)
+						_, rest, ok := strings.Cut(out, "tps = ")
+						if !ok {
+							b.Fatalf("no tps in:\n%s", out)
+						}
+						v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
+						if err != nil {
+							b.Fatal(err)
+						}
+						tps[i] = append(tps[i], v)
 					}
-					v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
-					if err != nil {
-						b.Fatal(err)
-					}
-					tps = v
 				}
-				b.ReportMetric(tps, "tps")
-			})
-		}
+			}
+			direct := median(tps[0])
+			for i, p := range paths {
+				b.ReportMetric(median(tps[i]), "tps-"+p.name)
+				if i > 0 {
+					b.ReportMetric(median(tps[i])/direct, p.name+"/direct")
+				}
+			}
+		})
 	}
+}
+
+// median is the middle of xs (the mean of the two middle ones for an even count).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // TestPGFrontReadyz: /readyz shows the front end's upstream, ready with its
