@@ -14,36 +14,84 @@ import (
 	"github.com/bloomgate/bloomgate/internal/testsvc"
 )
 
-// TimedFeed passes a changefeed.Feed through and notes when Stream
-// delivered each transaction: when the feeder received it from the
-// database. Lag then splits commit-to-visible into the database's share
-// (commit to the feeder's receipt) and the fan-out's (receipt to visible
-// on an instance).
+// TimedFeed passes a changefeed.Feed through and notes when each
+// transaction reached the feeder, so that Lag can split commit-to-visible
+// into the database's share (commit to the feeder's receipt) and the
+// fan-out's (receipt to visible on an instance).
+//
+// The receipt is not simply when Stream called apply with the transaction:
+// a Feed delivers one transaction at a time, so while the feeder's apply
+// holds it (waiting for room to queue, say) the next transactions wait in
+// the feed, committed and sent, and their wait is the feeder's doing. A
+// transaction's receipt is therefore its delivery less the time the feed
+// spent inside apply after its commit: the database's share is what the
+// feed took by itself, and the time the feeder held it is the fan-out's
+// (Held reports it apart).
 type TimedFeed struct {
 	changefeed.Feed
 	mu   sync.Mutex
 	ends []changefeed.Position // increasing
-	at   []time.Time
+	at   []time.Time           // the receipt of the transaction ending at ends[i]
+	// spans are the calls of apply so far, in order: [spans[i].in,
+	// spans[i].out), and inside[i] the time spent in spans[:i].
+	spans  []span
+	inside []time.Duration
 	// lag is, per delivered transaction, its receipt less its commit time
 	// by the database's clock (the same host's in these tests): the
-	// database's own delivery, before anything of the fan-out.
-	lag []time.Duration
+	// database's own delivery, before anything of the fan-out; held is the
+	// time the feed spent inside apply after that commit, before it
+	// delivered the transaction.
+	lag, held []time.Duration
 }
 
-// Stream is the Feed's Stream, noting each delivery.
+type span struct{ in, out time.Time }
+
+// Stream is the Feed's Stream, noting each delivery and each call of
+// apply.
 func (f *TimedFeed) Stream(ctx context.Context, from changefeed.Position, apply func(changefeed.Txn) error) error {
 	return f.Feed.Stream(ctx, from, func(t changefeed.Txn) error {
-		now := time.Now()
+		in := time.Now()
 		f.mu.Lock()
+		var held time.Duration
+		if !t.Time.IsZero() {
+			held = f.insideBy(in) - f.insideBy(t.Time)
+		}
+		rec := in.Add(-held)
 		if n := len(f.ends); n == 0 || t.End > f.ends[n-1] {
-			f.ends, f.at = append(f.ends, t.End), append(f.at, now)
+			f.ends, f.at = append(f.ends, t.End), append(f.at, rec)
 		}
 		if len(t.Changes) > 0 && !t.Time.IsZero() {
-			f.lag = append(f.lag, now.Sub(t.Time))
+			f.lag, f.held = append(f.lag, rec.Sub(t.Time)), append(f.held, held)
 		}
 		f.mu.Unlock()
-		return apply(t)
+		err := apply(t)
+		out := time.Now()
+		f.mu.Lock()
+		if len(f.inside) == 0 {
+			f.inside = append(f.inside, 0)
+		}
+		f.spans = append(f.spans, span{in, out})
+		f.inside = append(f.inside, f.inside[len(f.inside)-1]+out.Sub(in))
+		f.mu.Unlock()
+		return err
 	})
+}
+
+// insideBy returns the time the feed spent inside apply before at. f.mu is
+// held.
+func (f *TimedFeed) insideBy(at time.Time) time.Duration {
+	i := sort.Search(len(f.spans), func(i int) bool { return f.spans[i].out.After(at) })
+	if i == len(f.spans) {
+		if i == 0 {
+			return 0
+		}
+		return f.inside[i]
+	}
+	d := f.inside[i]
+	if s := f.spans[i]; s.in.Before(at) {
+		d += at.Sub(s.in)
+	}
+	return d
 }
 
 // received returns when the feeder received the first transaction ending
@@ -75,11 +123,15 @@ type LagConfig struct {
 
 // LagResult is what Lag measured: sorted durations.
 type LagResult struct {
-	Rows           int             // rows committed
-	Rate           float64         // achieved inserts per second
-	Commit         []time.Duration // commit (the insert returned) to visible on the instance
-	Fanout         []time.Duration // the feeder's receipt of the row to visible (nil without Feed)
-	Database       []time.Duration // a transaction's commit time (the database's clock) to the feeder's receipt (nil without Feed)
+	Rows     int             // rows committed
+	Rate     float64         // achieved inserts per second
+	Commit   []time.Duration // commit (the insert returned) to visible on the instance
+	Fanout   []time.Duration // the feeder's receipt of the row to visible (nil without Feed)
+	Database []time.Duration // a transaction's commit time (the database's clock) to the feeder's receipt (nil without Feed)
+	// Held is, per transaction, the part of the fan-out's share spent
+	// before the feed delivered it: the time the feed spent inside the
+	// feeder's apply after its commit (nil without Feed).
+	Held           []time.Duration
 	FalseNegatives int
 }
 
@@ -104,6 +156,11 @@ func (r LagResult) String() string {
 		s += fmt.Sprintf("; database commit to the feeder's receipt p50 %v p99 %v max %v",
 			Quantile(r.Database, 0.5).Round(10*time.Microsecond), Quantile(r.Database, 0.99).Round(10*time.Microsecond),
 			Quantile(r.Database, 1).Round(10*time.Microsecond))
+	}
+	if r.Held != nil {
+		s += fmt.Sprintf("; held in the feeder's apply before delivery p50 %v p99 %v max %v",
+			Quantile(r.Held, 0.5).Round(10*time.Microsecond), Quantile(r.Held, 0.99).Round(10*time.Microsecond),
+			Quantile(r.Held, 1).Round(10*time.Microsecond))
 	}
 	return s + fmt.Sprintf("; %d false negatives", r.FalseNegatives)
 }
@@ -133,7 +190,7 @@ func Lag(t testing.TB, cfg LagConfig) LagResult {
 	var rows []row
 	if cfg.Feed != nil {
 		cfg.Feed.mu.Lock()
-		cfg.Feed.lag = cfg.Feed.lag[:0] // this run's transactions only
+		cfg.Feed.lag, cfg.Feed.held = cfg.Feed.lag[:0], cfg.Feed.held[:0] // this run's transactions only
 		cfg.Feed.mu.Unlock()
 	}
 	ctx, stop := context.WithTimeout(context.Background(), cfg.Duration)
@@ -200,9 +257,10 @@ func Lag(t testing.TB, cfg LagConfig) LagResult {
 	res.Rate = float64(len(rows)) / cfg.Duration.Seconds()
 	if cfg.Feed != nil {
 		cfg.Feed.mu.Lock()
-		res.Database = slices.Clone(cfg.Feed.lag)
+		res.Database, res.Held = slices.Clone(cfg.Feed.lag), slices.Clone(cfg.Feed.held)
 		cfg.Feed.mu.Unlock()
 		slices.Sort(res.Database)
+		slices.Sort(res.Held)
 	}
 	slices.Sort(res.Commit)
 	slices.Sort(res.Fanout)
@@ -222,6 +280,9 @@ func ReportLag(b *testing.B, r LagResult) {
 	if r.Database != nil {
 		b.ReportMetric(ms(Quantile(r.Database, 0.5)), "db-p50-ms")
 		b.ReportMetric(ms(Quantile(r.Database, 0.99)), "db-p99-ms")
+	}
+	if r.Held != nil {
+		b.ReportMetric(ms(Quantile(r.Held, 0.99)), "held-p99-ms")
 	}
 	b.ReportMetric(r.Rate, "inserts/s")
 	b.ReportMetric(0, "ns/op")
