@@ -590,6 +590,7 @@ type sent struct {
 	after  Cursor // the entry it goes after
 	cur    Cursor // its own
 	end    changefeed.Position
+	at     time.Time    // when it was sent
 	done   <-chan error // nil: appended (Append)
 	cancel context.CancelFunc
 	// unsent: AppendAsync failed at once, so cur is unknown; nothing is
@@ -685,7 +686,7 @@ drain:
 	if err != nil {
 		return nil, err
 	}
-	s := &sent{txns: batch, data: data, after: after, end: batch[len(batch)-1].End, cancel: func() {}}
+	s := &sent{txns: batch, data: data, after: after, end: batch[len(batch)-1].End, at: time.Now(), cancel: func() {}}
 	if async == nil {
 		s.cur, err = p.append(ctx, after, data, s.end)
 		return s, err
@@ -725,7 +726,7 @@ func (p *publisher) resend(ctx context.Context, window []*sent) (Cursor, error) 
 func (p *publisher) applied(ctx context.Context, s *sent, apply func(changefeed.Txn) error, queued int) error {
 	if log := p.f.b.Logger; log.Enabled(ctx, slog.LevelDebug) {
 		log.Debug("bloomgate: feeder published", "cursor", s.cur, "txns", len(s.txns), "bytes", len(s.data),
-			"since_commit", time.Since(s.txns[len(s.txns)-1].Time), "queued", queued)
+			"since_commit", time.Since(s.txns[len(s.txns)-1].Time), "since_sent", time.Since(s.at), "queued", queued)
 	}
 	for i, t := range s.txns {
 		if i < len(s.txns)-1 {
