@@ -154,7 +154,9 @@ func TestLag(t *testing.T) {
 // iteration: p50-ms and p99-ms from the insert's return, fanout-p50-ms and
 // fanout-p99-ms from the feeder's receipt of the row (the fan-out's share),
 // db-p50-ms and db-p99-ms from a transaction's commit time to the feeder's
-// receipt (the database's share).
+// receipt (the database's share), held-p99-ms the part of the fan-out's
+// share spent while the feeder's apply held the feed (see
+// fanouttest.TimedFeed).
 //
 //	go test -run '^$' -bench 'BenchmarkLag$' -benchtime 1x ./fanout/jetstream/
 func BenchmarkLag(b *testing.B) {
