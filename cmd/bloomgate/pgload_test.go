@@ -82,6 +82,12 @@ func (f *usersFront) dsn(front bool) string {
 	return fmt.Sprintf("host=%s port=%s user=%s dbname=%s sslmode=disable", host, port, f.pg.User, f.pg.Database)
 }
 
+// cpuTicks is the CPU time so far of PostgreSQL's processes (pm is its
+// postmaster) and of the server, in clock ticks (see procCPU).
+func (f *usersFront) cpuTicks(pm int) (pg, srv int64) {
+	return procCPU(pm), procCPU(f.srv.cmd.Process.Pid)
+}
+
 // frontMetrics are the front end's counters for the answer statement:
 // answered locally, and forwarded by reason.
 func (f *usersFront) frontMetrics(t testing.TB) (answered float64, forwarded map[string]float64) {
@@ -107,6 +113,20 @@ func (f *usersFront) frontMetrics(t testing.TB) (answered float64, forwarded map
 		}
 	}
 	return answered, forwarded
+}
+
+// forwardedSince is what the front end forwarded between two readings of
+// frontMetrics: the total and, by reason, "reason n, …".
+func forwardedSince(fwd0, fwd1 map[string]float64) (total float64, reasons string) {
+	var rs []string
+	for r, v := range fwd1 {
+		total += v - fwd0[r]
+		if v-fwd0[r] > 0 {
+			rs = append(rs, fmt.Sprintf("%s %.0f", r, v-fwd0[r]))
+		}
+	}
+	slices.Sort(rs)
+	return total, strings.Join(rs, ", ")
 }
 
 // writer inserts new-<i>@example.com at rate rows a second, one autocommit
@@ -399,10 +419,10 @@ func BenchmarkPGFrontUsers(b *testing.B) {
 		go func() {
 			defer close(samplerDone)
 			time.Sleep(time.Until(run.Start))
-			pgPrev, srvPrev := procCPU(pm), procCPU(f.srv.cmd.Process.Pid)
+			pgPrev, srvPrev := f.cpuTicks(pm)
 			for k := 0; time.Duration(k)*phase < run.Duration; k++ {
 				time.Sleep(time.Until(run.Start.Add(time.Duration(k+1) * phase)))
-				pgNow, srvNow := procCPU(pm), procCPU(f.srv.cmd.Process.Pid)
+				pgNow, srvNow := f.cpuTicks(pm)
 				via := []string{"front", "direct"}[k%2]
 				c := cpu[via]
 				cpu[via] = [2]int64{c[0] + pgNow - pgPrev, c[1] + srvNow - srvPrev}
@@ -418,15 +438,7 @@ func BenchmarkPGFrontUsers(b *testing.B) {
 		answered1, fwd1 := f.frontMetrics(b)
 		w.settle(b, f.pg)
 
-		forwarded := 0.0
-		var reasons []string
-		for r, v := range fwd1 {
-			forwarded += v - fwd0[r]
-			if v-fwd0[r] > 0 {
-				reasons = append(reasons, fmt.Sprintf("%s %.0f", r, v-fwd0[r]))
-			}
-		}
-		slices.Sort(reasons)
+		forwarded, reasons := forwardedSince(fwd0, fwd1)
 		answered := answered1 - answered0
 		count := map[string]int{}
 		lats := map[string][]int64{}
@@ -446,7 +458,7 @@ func BenchmarkPGFrontUsers(b *testing.B) {
 			count["front"], count["front n"], count["front r"], count["direct"], count["direct n"], count["direct r"],
 			count["front"]-count["front n"]-count["front r"], count["direct"]-count["direct n"]-count["direct r"])
 		b.Logf("front end: answered %.0f, forwarded %.0f (%s); writer: %d committed, %d errors",
-			answered, forwarded, strings.Join(reasons, ", "), len(w.commit), w.errs)
+			answered, forwarded, reasons, len(w.commit), w.errs)
 		b.Logf("CPU (s per s): PostgreSQL front phases %.2f, direct phases %.2f; server front phases %.2f, direct phases %.2f",
 			float64(cpu["front"][0])/100/half, float64(cpu["direct"][0])/100/half, float64(cpu["front"][1])/100/half, float64(cpu["direct"][1])/100/half)
 		if len(wrong) > 0 {
@@ -469,6 +481,199 @@ func BenchmarkPGFrontUsers(b *testing.B) {
 		}
 		b.ReportMetric(float64(len(wrong)), "wrong")
 	}
+}
+
+// BenchmarkPGFrontUsersPgbench: the articles' workload at the articles'
+// rate, from a client that can send it. The table, server and writer are
+// BenchmarkPGFrontUsers's; the lookups are pgbench's (-M simple: the
+// answer statement's text with the key as a literal, as psycopg2 sends it),
+// paced at BLOOMGATE_BENCH_RATE a second (default 18,000) over
+// BLOOMGATE_BENCH_CLIENTS connections (default 64), with the same mix of
+// keys (testdata/pgwire/users_{hit,miss,race}.sql, weighted 12/86/2).
+// Phases of BLOOMGATE_BENCH_PHASE seconds (default 10), each a pgbench
+// run, alternate between PostgreSQL itself and the front end for
+// BLOOMGATE_BENCH_SECONDS (default 60) in all. Reported per path: the rate
+// reached, the miss latency from pgbench's per-transaction log (from
+// sending the query to its answer; the schedule lag, how late pgbench sent
+// it, apart), PostgreSQL's and the server's CPU per lookup; for the front
+// end the share answered locally and the forwards by reason. Answers are
+// not checked here (pgbench cannot compare a "no row" with the commit times
+// of the writer's rows): that is BenchmarkPGFrontUsers's and
+// TestPGFrontFaults's job.
+//
+//	BLOOMGATE_BENCH_ROWS=1000000 go test -run '^$' -bench PGFrontUsersPgbench -benchtime 1x -timeout 60m ./cmd/bloomgate
+func BenchmarkPGFrontUsersPgbench(b *testing.B) {
+	if _, err := exec.LookPath("pgbench"); err != nil {
+		testsvc.Unavailable(b, "pgbench: %v", err)
+	}
+	rows := benchRows(b)
+	rate := envFloat(b, "BLOOMGATE_BENCH_RATE", 18000)
+	clients := int(envFloat(b, "BLOOMGATE_BENCH_CLIENTS", 64))
+	secs := envFloat(b, "BLOOMGATE_BENCH_SECONDS", 60)
+	phase := int(envFloat(b, "BLOOMGATE_BENCH_PHASE", 10))
+	f := startUsersFront(b, rows)
+	pm := postmasterPID(b, f.pg)
+	paths := []string{"direct", "front"}
+	for b.Loop() {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		w := startWriter(ctx, b, f.pg.DSN, 1000, &wg)
+		stats := map[string]*pgbenchPath{}
+		for _, p := range paths {
+			stats[p] = &pgbenchPath{}
+		}
+		answered0, fwd0 := f.frontMetrics(b)
+		for k := 0; float64(k*phase) < secs; k++ {
+			p := paths[k%2]
+			s := stats[p]
+			pg0, srv0 := f.cpuTicks(pm)
+			txns, benchCPU := pgbenchUsers(b, f, p == "front", pgbenchRun{
+				seconds: phase, rate: int(rate), clients: clients, rows: rows,
+				writerRate: int(w.rate), writerBase: int(time.Since(w.start).Seconds() * w.rate),
+			})
+			pg1, srv1 := f.cpuTicks(pm)
+			s.add(txns, phase)
+			s.pgCPU += pg1 - pg0
+			s.srvCPU += srv1 - srv0
+			s.benchCPU += benchCPU
+		}
+		answered1, fwd1 := f.frontMetrics(b)
+		cancel()
+		wg.Wait()
+		// The writer's rows and the direct phases' lookups reach
+		// PostgreSQL without the front end: its counters are the front
+		// phases' lookups alone.
+		answered := answered1 - answered0
+		forwarded, reasons := forwardedSince(fwd0, fwd1)
+		b.Logf("front end: answered %.0f, forwarded %.0f (%s); writer: %d committed, %d errors",
+			answered, forwarded, reasons, len(w.commit), w.errs)
+		if answered == 0 {
+			b.Errorf("the front end answered nothing locally: pgbench's statements not recognised as the answer statement?")
+		}
+		if answered+forwarded > 0 {
+			b.ReportMetric(100*answered/(answered+forwarded), "%local")
+		}
+		for _, p := range paths {
+			stats[p].report(b, p)
+		}
+	}
+}
+
+// pgbenchRun is one pgbench run of the users scripts.
+type pgbenchRun struct {
+	seconds, rate, clients, rows int
+	writerRate, writerBase       int // the writer's rows a second, and rows inserted at the start
+}
+
+// pgbenchTxn is one line of pgbench's per-transaction log.
+type pgbenchTxn struct {
+	script   int   // 0 hit, 1 miss, 2 race (the order of -f)
+	lat, lag int64 // ns: from the scheduled start to the answer, and how late it started
+	failed   bool
+}
+
+// pgbenchUsers runs pgbench with the users scripts through the front end
+// or straight to PostgreSQL, and returns its transactions and its own CPU
+// time.
+func pgbenchUsers(b *testing.B, f *usersFront, front bool, r pgbenchRun) ([]pgbenchTxn, time.Duration) {
+	b.Helper()
+	host, port := f.pg.Host, strconv.Itoa(f.pg.Port)
+	if front {
+		host, port, _ = net.SplitHostPort(f.addr)
+	}
+	dir := b.TempDir()
+	args := []string{"-n", "-h", host, "-p", port, "-U", f.pg.User, "-M", "simple",
+		"-c", strconv.Itoa(r.clients), "-j", "2", "-R", strconv.Itoa(r.rate), "-T", strconv.Itoa(r.seconds),
+		"-l", "--log-prefix", filepath.Join(dir, "log"),
+		"-D", "n=0", "-D", "rows=" + strconv.Itoa(r.rows), "-D", "clients=" + strconv.Itoa(r.clients),
+		"-D", "rate=" + strconv.Itoa(r.rate), "-D", "wrate=" + strconv.Itoa(r.writerRate), "-D", "base=" + strconv.Itoa(r.writerBase)}
+	for _, s := range []string{"users_hit.sql@12", "users_miss.sql@86", "users_race.sql@2"} {
+		args = append(args, "-f", filepath.Join("testdata", "pgwire", s))
+	}
+	cmd := exec.Command("pgbench", append(args, f.pg.Database)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		b.Fatalf("pgbench %v: %v\n%s", args, err, out)
+	}
+	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	logs, _ := filepath.Glob(filepath.Join(dir, "log.*"))
+	if len(logs) == 0 {
+		b.Fatalf("pgbench wrote no log in %s:\n%s", dir, out)
+	}
+	var txns []pgbenchTxn
+	for _, l := range logs {
+		body, err := os.ReadFile(l)
+		if err != nil {
+			b.Fatal(err)
+		}
+		// client_id transaction_no time script_no time_epoch time_us schedule_lag
+		for line := range strings.Lines(string(body)) {
+			fs := strings.Fields(line)
+			if len(fs) < 7 {
+				b.Fatalf("pgbench log %s: bad line %q", l, line)
+			}
+			script, _ := strconv.Atoi(fs[3])
+			lat, err1 := strconv.ParseInt(fs[2], 10, 64)
+			lag, err2 := strconv.ParseInt(fs[6], 10, 64)
+			txns = append(txns, pgbenchTxn{script: script, lat: lat * 1000, lag: lag * 1000, failed: err1 != nil || err2 != nil})
+		}
+	}
+	return txns, cpu
+}
+
+// pgbenchPath adds up one path's phases.
+type pgbenchPath struct {
+	seconds         int
+	lookups, failed int
+	miss, lag       []int64 // ns: misses from sending to the answer; every lookup's schedule lag
+	pgCPU, srvCPU   int64   // ticks
+	benchCPU        time.Duration
+}
+
+func (s *pgbenchPath) add(txns []pgbenchTxn, seconds int) {
+	s.seconds += seconds
+	for _, t := range txns {
+		if t.failed {
+			s.failed++
+			continue
+		}
+		s.lookups++
+		s.lag = append(s.lag, t.lag)
+		if t.script == 1 {
+			s.miss = append(s.miss, t.lat-t.lag)
+		}
+	}
+}
+
+func (s *pgbenchPath) report(b *testing.B, path string) {
+	if s.lookups == 0 {
+		b.Errorf("%s: no lookups", path)
+		return
+	}
+	// /proc counts CPU in ticks of 1/100 s (USER_HZ on Linux).
+	sec := float64(s.seconds)
+	b.Logf("%s: %d lookups in %d s (%d failed); miss latency avg %.2f ms; schedule lag avg %.2f ms; CPU s per s: PostgreSQL %.2f, server %.2f, pgbench %.2f",
+		path, s.lookups, s.seconds, s.failed, mean(s.miss)/1e6, mean(s.lag)/1e6,
+		float64(s.pgCPU)/100/sec, float64(s.srvCPU)/100/sec, s.benchCPU.Seconds()/sec)
+	b.ReportMetric(float64(s.lookups)/sec, "lookups/s-"+path)
+	b.ReportMetric(mean(s.miss)/1e6, "miss-avg-ms-"+path)
+	b.ReportMetric(quantileMS(s.miss, 0.5), "miss-p50-ms-"+path)
+	b.ReportMetric(quantileMS(s.miss, 0.95), "miss-p95-ms-"+path)
+	b.ReportMetric(mean(s.lag)/1e6, "lag-avg-ms-"+path)
+	b.ReportMetric(float64(s.pgCPU)*1e4/float64(s.lookups), "pg-cpu-µs/lookup-"+path)
+	b.ReportMetric(float64(s.srvCPU)*1e4/float64(s.lookups), "srv-cpu-µs/lookup-"+path)
+}
+
+// mean of xs, 0 for none.
+func mean(xs []int64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, x := range xs {
+		sum += float64(x)
+	}
+	return sum / float64(len(xs))
 }
 
 // TestPGFrontFaults: the articles' workload, smaller (psycopg2 workers at
