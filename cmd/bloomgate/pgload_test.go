@@ -527,15 +527,14 @@ func BenchmarkPGFrontUsersPgbench(b *testing.B) {
 			p := paths[k%2]
 			s := stats[p]
 			pg0, srv0 := f.cpuTicks(pm)
-			txns, benchCPU := pgbenchUsers(b, f, p == "front", pgbenchRun{
+			res := pgbenchUsers(b, f, p == "front", pgbenchRun{
 				seconds: phase, rate: int(rate), clients: clients, rows: rows,
 				writerRate: int(w.rate), writerBase: int(time.Since(w.start).Seconds() * w.rate),
 			})
 			pg1, srv1 := f.cpuTicks(pm)
-			s.add(txns, phase)
+			s.add(res)
 			s.pgCPU += pg1 - pg0
 			s.srvCPU += srv1 - srv0
-			s.benchCPU += benchCPU
 		}
 		answered1, fwd1 := f.frontMetrics(b)
 		cancel()
@@ -572,10 +571,19 @@ type pgbenchTxn struct {
 	failed   bool
 }
 
+// pgbenchResult is what one pgbench run did.
+type pgbenchResult struct {
+	txns []pgbenchTxn
+	// The run's wall time, and the part of it after every client had
+	// connected: pgbench's -T counts its connecting, which under load
+	// takes seconds for 64 clients, and its tps leaves it out.
+	wall, running time.Duration
+	cpu           time.Duration // pgbench's own
+}
+
 // pgbenchUsers runs pgbench with the users scripts through the front end
-// or straight to PostgreSQL, and returns its transactions and its own CPU
-// time.
-func pgbenchUsers(b *testing.B, f *usersFront, front bool, r pgbenchRun) ([]pgbenchTxn, time.Duration) {
+// or straight to PostgreSQL.
+func pgbenchUsers(b *testing.B, f *usersFront, front bool, r pgbenchRun) pgbenchResult {
 	b.Helper()
 	host, port := f.pg.Host, strconv.Itoa(f.pg.Port)
 	if front {
@@ -591,16 +599,16 @@ func pgbenchUsers(b *testing.B, f *usersFront, front bool, r pgbenchRun) ([]pgbe
 		args = append(args, "-f", filepath.Join("testdata", "pgwire", s))
 	}
 	cmd := exec.Command("pgbench", append(args, f.pg.Database)...)
+	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		b.Fatalf("pgbench %v: %v\n%s", args, err, out)
 	}
-	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	res := pgbenchResult{wall: time.Since(start), cpu: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	logs, _ := filepath.Glob(filepath.Join(dir, "log.*"))
 	if len(logs) == 0 {
 		b.Fatalf("pgbench wrote no log in %s:\n%s", dir, out)
 	}
-	var txns []pgbenchTxn
 	for _, l := range logs {
 		body, err := os.ReadFile(l)
 		if err != nil {
@@ -615,24 +623,32 @@ func pgbenchUsers(b *testing.B, f *usersFront, front bool, r pgbenchRun) ([]pgbe
 			script, _ := strconv.Atoi(fs[3])
 			lat, err1 := strconv.ParseInt(fs[2], 10, 64)
 			lag, err2 := strconv.ParseInt(fs[6], 10, 64)
-			txns = append(txns, pgbenchTxn{script: script, lat: lat * 1000, lag: lag * 1000, failed: err1 != nil || err2 != nil})
+			res.txns = append(res.txns, pgbenchTxn{script: script, lat: lat * 1000, lag: lag * 1000, failed: err1 != nil || err2 != nil})
 		}
 	}
-	return txns, cpu
+	_, tps, _ := strings.Cut(string(out), "tps = ")
+	v, err := strconv.ParseFloat(strings.Fields(tps + " x")[0], 64)
+	if err != nil || v <= 0 {
+		b.Fatalf("pgbench: no tps in:\n%s", out)
+	}
+	res.running = time.Duration(float64(len(res.txns)) / v * 1e9)
+	return res
 }
 
 // pgbenchPath adds up one path's phases.
 type pgbenchPath struct {
-	seconds         int
+	wall, running   time.Duration // see pgbenchResult
 	lookups, failed int
 	miss, lag       []int64 // ns: misses from sending to the answer; every lookup's schedule lag
-	pgCPU, srvCPU   int64   // ticks
+	pgCPU, srvCPU   int64   // ticks, over the runs' wall time
 	benchCPU        time.Duration
 }
 
-func (s *pgbenchPath) add(txns []pgbenchTxn, seconds int) {
-	s.seconds += seconds
-	for _, t := range txns {
+func (s *pgbenchPath) add(r pgbenchResult) {
+	s.wall += r.wall
+	s.running += r.running
+	s.benchCPU += r.cpu
+	for _, t := range r.txns {
 		if t.failed {
 			s.failed++
 			continue
@@ -651,11 +667,11 @@ func (s *pgbenchPath) report(b *testing.B, path string) {
 		return
 	}
 	// /proc counts CPU in ticks of 1/100 s (USER_HZ on Linux).
-	sec := float64(s.seconds)
-	b.Logf("%s: %d lookups in %d s (%d failed); miss latency avg %.2f ms; schedule lag avg %.2f ms; CPU s per s: PostgreSQL %.2f, server %.2f, pgbench %.2f",
-		path, s.lookups, s.seconds, s.failed, mean(s.miss)/1e6, mean(s.lag)/1e6,
-		float64(s.pgCPU)/100/sec, float64(s.srvCPU)/100/sec, s.benchCPU.Seconds()/sec)
-	b.ReportMetric(float64(s.lookups)/sec, "lookups/s-"+path)
+	wall := s.wall.Seconds()
+	b.Logf("%s: %d lookups in %.1f s after connecting (%.1f s in all; %d failed); miss latency avg %.2f ms; schedule lag avg %.2f ms; CPU s per s: PostgreSQL %.2f, server %.2f, pgbench %.2f",
+		path, s.lookups, s.running.Seconds(), wall, s.failed, mean(s.miss)/1e6, mean(s.lag)/1e6,
+		float64(s.pgCPU)/100/wall, float64(s.srvCPU)/100/wall, s.benchCPU.Seconds()/wall)
+	b.ReportMetric(float64(s.lookups)/s.running.Seconds(), "lookups/s-"+path)
 	b.ReportMetric(mean(s.miss)/1e6, "miss-avg-ms-"+path)
 	b.ReportMetric(quantileMS(s.miss, 0.5), "miss-p50-ms-"+path)
 	b.ReportMetric(quantileMS(s.miss, 0.95), "miss-p95-ms-"+path)
