@@ -490,9 +490,12 @@ func BenchmarkPGFrontUsers(b *testing.B) {
 // paced at BLOOMGATE_BENCH_RATE a second (default 18,000) over
 // BLOOMGATE_BENCH_CLIENTS connections (default 64), with the same mix of
 // keys (testdata/pgwire/users_{hit,miss,race}.sql, weighted 12/86/2).
-// Phases of BLOOMGATE_BENCH_PHASE seconds (default 10), each a pgbench
-// run, alternate between PostgreSQL itself and the front end for
-// BLOOMGATE_BENCH_SECONDS (default 60) in all. Reported per path: the rate
+// Phases of BLOOMGATE_BENCH_PHASE seconds' lookups at the rate (default
+// 10; each a pgbench run of a fixed number of lookups, so that connecting
+// its clients, seconds on a loaded machine, takes none of them, and a path
+// that falls behind the rate takes longer) alternate between PostgreSQL
+// itself and the front end, BLOOMGATE_BENCH_SECONDS' worth (default 60) in
+// all. Reported per path: the rate
 // reached, the miss latency from pgbench's per-transaction log (from
 // sending the query to its answer; the schedule lag, how late pgbench sent
 // it, apart), PostgreSQL's and the server's CPU per lookup; for the front
@@ -523,14 +526,19 @@ func BenchmarkPGFrontUsersPgbench(b *testing.B) {
 			stats[p] = &pgbenchPath{}
 		}
 		answered0, fwd0 := f.frontMetrics(b)
+		// The lookups begin once pgbench has connected its clients, by
+		// then the writer has gone on: the race keys start from where it
+		// is expected to be, the previous run's connecting time later.
+		var connecting time.Duration
 		for k := 0; float64(k*phase) < secs; k++ {
 			p := paths[k%2]
 			s := stats[p]
 			pg0, srv0 := f.cpuTicks(pm)
 			res := pgbenchUsers(b, f, p == "front", pgbenchRun{
-				seconds: phase, rate: int(rate), clients: clients, rows: rows,
-				writerRate: int(w.rate), writerBase: int(time.Since(w.start).Seconds() * w.rate),
+				perClient: max(1, int(float64(phase)*rate)/clients), rate: int(rate), clients: clients, rows: rows,
+				writerRate: int(w.rate), writerBase: int((time.Since(w.start) + connecting).Seconds() * w.rate),
 			})
+			connecting = res.wall - res.running
 			pg1, srv1 := f.cpuTicks(pm)
 			s.add(res)
 			s.pgCPU += pg1 - pg0
@@ -560,8 +568,8 @@ func BenchmarkPGFrontUsersPgbench(b *testing.B) {
 
 // pgbenchRun is one pgbench run of the users scripts.
 type pgbenchRun struct {
-	seconds, rate, clients, rows int
-	writerRate, writerBase       int // the writer's rows a second, and rows inserted at the start
+	perClient, rate, clients, rows int // perClient: lookups each client sends
+	writerRate, writerBase         int // the writer's rows a second, and rows inserted at the start
 }
 
 // pgbenchTxn is one line of pgbench's per-transaction log.
@@ -575,8 +583,7 @@ type pgbenchTxn struct {
 type pgbenchResult struct {
 	txns []pgbenchTxn
 	// The run's wall time, and the part of it after every client had
-	// connected: pgbench's -T counts its connecting, which under load
-	// takes seconds for 64 clients, and its tps leaves it out.
+	// connected (its tps leaves the connecting out).
 	wall, running time.Duration
 	cpu           time.Duration // pgbench's own
 }
@@ -591,14 +598,17 @@ func pgbenchUsers(b *testing.B, f *usersFront, front bool, r pgbenchRun) pgbench
 	}
 	dir := b.TempDir()
 	args := []string{"-n", "-h", host, "-p", port, "-U", f.pg.User, "-M", "simple",
-		"-c", strconv.Itoa(r.clients), "-j", "2", "-R", strconv.Itoa(r.rate), "-T", strconv.Itoa(r.seconds),
+		"-c", strconv.Itoa(r.clients), "-j", "2", "-R", strconv.Itoa(r.rate), "-t", strconv.Itoa(r.perClient),
 		"-l", "--log-prefix", filepath.Join(dir, "log"),
 		"-D", "n=0", "-D", "rows=" + strconv.Itoa(r.rows), "-D", "clients=" + strconv.Itoa(r.clients),
 		"-D", "rate=" + strconv.Itoa(r.rate), "-D", "wrate=" + strconv.Itoa(r.writerRate), "-D", "base=" + strconv.Itoa(r.writerBase)}
 	for _, s := range []string{"users_hit.sql@12", "users_miss.sql@86", "users_race.sql@2"} {
 		args = append(args, "-f", filepath.Join("testdata", "pgwire", s))
 	}
-	cmd := exec.Command("pgbench", append(args, f.pg.Database)...)
+	// A path far behind the rate would take long: bounded.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "pgbench", append(args, f.pg.Database)...)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
