@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
 	"time"
 )
 
@@ -37,15 +38,35 @@ func memoryLimit(used, maxMemory, conns int64) int64 {
 	return used + used/16 + conns*memLimitPerConn + memLimitBase
 }
 
-// followMemoryLimit keeps the Go runtime's soft memory limit at memoryLimit
-// of what the server holds, checked every second, until ctx ends. It does
-// nothing when GOMEMLIMIT is set.
+// currentMemoryLimit is memoryLimit of what the server holds now: the
+// standalone filters' used bytes, or the heap live after the last
+// collection when that is more. The store does not count table-backed
+// sets' filters (nor a rebuild's second filter), and a limit below the
+// live heap makes the collector run back to back.
+func currentMemoryLimit(used, maxMemory, conns int64) int64 {
+	return max(memoryLimit(used, maxMemory, conns), memoryLimit(liveHeap(), 0, conns))
+}
+
+// liveHeap returns the heap bytes marked live by the last collection.
+func liveHeap() int64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(s[0].Value.Uint64())
+}
+
+// followMemoryLimit keeps the Go runtime's soft memory limit at
+// currentMemoryLimit, checked every second, until ctx ends. The first
+// limit comes a second after the start: the sets' snapshots load in its
+// first milliseconds, and a limit taken before them would sit below the
+// heap until the next check. It does nothing when GOMEMLIMIT is set.
 func followMemoryLimit(ctx context.Context, used, conns func() int64, maxMemory int64) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	set := func() { debug.SetMemoryLimit(memoryLimit(used(), maxMemory, conns())) }
-	set()
+	set := func() { debug.SetMemoryLimit(currentMemoryLimit(used(), maxMemory, conns())) }
 	go func() {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -425,4 +426,94 @@ func FuzzSnapshotReader(f *testing.F) {
 			t.Fatalf("%d entries read, %d counted", len(x.entries), r.Entries())
 		}
 	})
+}
+
+// syncGateFS creates real segment files whose fsyncs wait for release,
+// and records the order of their writes and fsyncs.
+type syncGateFS struct {
+	release chan struct{}
+	mu      sync.Mutex
+	ops     []string
+}
+
+func (fs *syncGateFS) Create(path string) (durable.File, error) {
+	f, err := durable.OSFS{}.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	return &syncGateFile{f, fs}, nil
+}
+
+func (fs *syncGateFS) op(s string) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.ops = append(fs.ops, s)
+}
+
+type syncGateFile struct {
+	durable.File
+	fs *syncGateFS
+}
+
+func (f *syncGateFile) Write(p []byte) (int, error) {
+	f.fs.op(fmt.Sprintf("write %d", len(p)))
+	return f.File.Write(p)
+}
+
+func (f *syncGateFile) Sync() error {
+	<-f.fs.release
+	f.fs.op("sync")
+	return f.File.Sync()
+}
+
+// TestOpenDoesNotWaitForTheNewSegment: Open returns (a server listens)
+// while the new segment is still being made durable, and a record is
+// written only after its segment's header is fsynced.
+func TestOpenDoesNotWaitForTheNewSegment(t *testing.T) {
+	dir := t.TempDir()
+	l, _ := open(t, dir, testOpts)
+	appendAll(t, l, "a")
+	l.Close()
+
+	fs := &syncGateFS{release: make(chan struct{})}
+	opened := make(chan *durable.Log, 1)
+	x := &texts{}
+	go func() {
+		l, err := durable.Open(dir, durable.Options{MaxRecord: 1 << 20, MaxEntry: 1 << 20, FS: fs}, x)
+		if err != nil {
+			t.Error(err)
+		}
+		opened <- l
+	}()
+	select {
+	case l = <-opened:
+	case <-time.After(10 * time.Second):
+		close(fs.release)
+		t.Fatal("Open waited for the new segment's fsync")
+	}
+	if l == nil {
+		return
+	}
+	if fmt.Sprint(x.records) != "[1 a]" {
+		t.Errorf("recovered %v", x.records)
+	}
+	appended := make(chan error, 1)
+	go func() { _, _, err := l.Append(body("b")); appended <- err }()
+	close(fs.release)
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	fs.mu.Lock()
+	ops := fmt.Sprint(fs.ops)
+	fs.mu.Unlock()
+	if want := fmt.Sprintf("[write %d sync write", len(durable.SegmentMagic)); !strings.HasPrefix(ops, want) {
+		t.Errorf("segment operations %s, want the header written and fsynced before the record (%s …)", ops, want)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, y := open(t, dir, testOpts)
+	if fmt.Sprint(y.records) != "[1 a 2 b]" {
+		t.Errorf("records %v after a restart, want a and b", y.records)
+	}
 }

@@ -116,7 +116,7 @@ func recoverDir(dir string, opts Options, rp Replayer) (*Log, error) {
 		next = segs[len(segs)-1] + 1
 	}
 	l := &Log{dir: dir, fs: opts.FS, policy: opts.Fsync, nextLSN: nextLSN, closing: make(chan struct{})}
-	if err := l.openSegment(next); err != nil {
+	if err := l.startSegment(next); err != nil {
 		return nil, err
 	}
 	return l, nil

@@ -175,7 +175,7 @@ func (f *Feed) tableIdentity(ctx context.Context, r *resolved) (tableIdentity, e
 		LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attname = $2
 		WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL AND i.indimmediate
 		AND NOT EXISTS (SELECT 1 FROM pg_attribute x WHERE x.attrelid = i.indrelid AND x.attnum = ANY(i.indkey::int2[]) AND NOT x.attnotnull)
-		ORDER BY coalesce(i.indnkeyatts = 1 AND i.indkey[0] = a.attnum, false) DESC, ic.relname`, r.oid, f.cfg.Column)
+		ORDER BY coalesce(i.indnkeyatts = 1 AND i.indkey[0] = a.attnum, false) DESC, ic.relname`, oneTrip([]any{r.oid, f.cfg.Column})...)
 	if err == nil {
 		ti.candidates, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	}
