@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 
@@ -34,14 +35,37 @@ type relation struct {
 // decoder turns pgoutput messages (protocol 1) into Txns for one table and
 // key column. It is not safe for concurrent use; one decoder serves one
 // replication connection, since relation messages are per connection.
+//
+// Begin, Commit, Insert, Update and Delete, the messages of every row, are
+// read in place rather than through pglogrepl, which allocates each message,
+// each tuple, each column and a copy of each value. What a Txn keeps (its
+// keys, values and Changes) is cut from chunks shared by successive
+// transactions: handed over with their capacity cut to their length and
+// never written again, so the consumer owns them as before.
 type decoder struct {
 	relID  uint32 // OID of the configured table
 	column string
 	value  string // FeedConfig.ValueColumn; "" for none
 	rels   map[uint32]relation
 	inTxn  bool
-	txn    changefeed.Txn
+	done   changefeed.Txn // the last finished transaction, returned by message
+
+	bytes []byte              // chunk the kept keys and values are cut from
+	chg   []changefeed.Change // chunk the Changes are cut from
+	first int                 // index in chg of the open transaction's first Change
 }
+
+// Chunk sizes. A chunk, once full, is followed by one twice its size up to
+// the maximum; a value longer than bytesChunk/8 gets an allocation of its
+// own (it would mostly waste the rest of a small chunk). A Changes chunk
+// grown past maxChanges by a large transaction is let go after it, rather
+// than hold its size for the small ones that follow.
+const (
+	bytesChunk   = 4 << 10
+	maxBytes     = 64 << 10
+	changesChunk = 64
+	maxChanges   = 4 << 10
+)
 
 func newDecoder(relID uint32, column, value string) *decoder {
 	return &decoder{relID: relID, column: column, value: value, rels: make(map[uint32]relation)}
@@ -122,59 +146,61 @@ func skipTuple(b []byte) ([]byte, bool) {
 }
 
 // message decodes one pgoutput message. It returns the finished transaction
-// on a Commit, nil otherwise.
+// on a Commit, nil otherwise; the Txn it points to is valid until the next
+// call (its Changes, keys and values stay valid).
 func (d *decoder) message(data []byte) (*changefeed.Txn, error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%w: empty message", ErrProtocol)
+	}
+	switch data[0] {
+	case 'B':
+		if len(data) < 1+20 {
+			return nil, malformed(data)
+		}
+		if d.inTxn {
+			return nil, fmt.Errorf("%w: Begin inside a transaction", ErrProtocol)
+		}
+		d.inTxn = true
+		d.chg = d.chg[:d.first]
+		return nil, nil
+	case 'C':
+		// Flags, commit LSN, end LSN, commit time.
+		if len(data) < 1+25 {
+			return nil, malformed(data)
+		}
+		if !d.inTxn {
+			return nil, fmt.Errorf("%w: Commit outside a transaction", ErrProtocol)
+		}
+		commit := pglogrepl.LSN(binary.BigEndian.Uint64(data[2:]))
+		end := pglogrepl.LSN(binary.BigEndian.Uint64(data[10:]))
+		if end <= commit {
+			return nil, fmt.Errorf("%w: Commit ends at %s, before its start %s", ErrProtocol, end, commit)
+		}
+		d.inTxn = false
+		micros := int64(binary.BigEndian.Uint64(data[18:]))
+		d.done = changefeed.Txn{
+			Commit: changefeed.Position(commit), End: changefeed.Position(end),
+			Time:    time.Unix(0, (pgEpochMicros+micros)*1000), // as pglogrepl converts it
+			Changes: d.cut(),
+		}
+		return &d.done, nil
+	case 'I', 'U', 'D':
+		return nil, d.row(data)
+	}
 	m, err := parse(data)
 	if err != nil {
 		return nil, err
 	}
 	switch m := m.(type) {
-	case *pglogrepl.BeginMessage:
-		if d.inTxn {
-			return nil, fmt.Errorf("%w: Begin inside a transaction", ErrProtocol)
-		}
-		d.inTxn = true
-		d.txn = changefeed.Txn{}
-		return nil, nil
-	case *pglogrepl.CommitMessage:
-		if !d.inTxn {
-			return nil, fmt.Errorf("%w: Commit outside a transaction", ErrProtocol)
-		}
-		if m.TransactionEndLSN <= m.CommitLSN {
-			return nil, fmt.Errorf("%w: Commit ends at %s, before its start %s", ErrProtocol, m.TransactionEndLSN, m.CommitLSN)
-		}
-		d.inTxn = false
-		t := d.txn
-		t.Commit, t.End, t.Time = changefeed.Position(m.CommitLSN), changefeed.Position(m.TransactionEndLSN), m.CommitTime
-		d.txn = changefeed.Txn{}
-		return &t, nil
 	case *pglogrepl.RelationMessage:
 		return nil, d.relation(m)
-	case *pglogrepl.InsertMessage:
-		rel, err := d.change(m.RelationID)
-		if err != nil || !rel.ours {
-			return nil, err
-		}
-		return nil, d.insert(rel, m.Tuple)
-	case *pglogrepl.UpdateMessage:
-		rel, err := d.change(m.RelationID)
-		if err != nil || !rel.ours {
-			return nil, err
-		}
-		return nil, d.update(rel, m)
-	case *pglogrepl.DeleteMessage:
-		rel, err := d.change(m.RelationID)
-		if err != nil || !rel.ours {
-			return nil, err
-		}
-		return nil, d.remove(rel, m)
 	case *pglogrepl.TruncateMessage:
 		if !d.inTxn {
 			return nil, fmt.Errorf("%w: Truncate outside a transaction", ErrProtocol)
 		}
 		for _, id := range m.RelationIDs {
 			if id == d.relID {
-				d.txn.Changes = append(d.txn.Changes, changefeed.Change{Kind: changefeed.Truncate})
+				d.add(changefeed.Truncate, nil)
 				break
 			}
 		}
@@ -183,6 +209,62 @@ func (d *decoder) message(data []byte) (*changefeed.Txn, error) {
 		return nil, nil
 	}
 	return nil, fmt.Errorf("%w: type %q", ErrProtocol, data[0])
+}
+
+func malformed(data []byte) error {
+	return fmt.Errorf("%w: malformed %q message", ErrProtocol, data[0])
+}
+
+// row decodes an Insert, Update or Delete. It rejects what pglogrepl.Parse
+// rejected (short messages, tuple kinds out of place, tuples that do not fit
+// the message: sizesValid), and an Update whose old tuple is not followed by
+// a new one.
+func (d *decoder) row(data []byte) error {
+	minLen := 5 // Delete
+	switch data[0] {
+	case 'I':
+		minLen = 8
+	case 'U':
+		minLen = 6
+	}
+	b := data[1:]
+	if len(b) < minLen || !sizesValid(data) {
+		return malformed(data)
+	}
+	relID, kind, tup := binary.BigEndian.Uint32(b), b[4], b[5:]
+	var ok bool
+	switch data[0] {
+	case 'I':
+		ok = kind == 'N'
+	case 'U':
+		ok = kind == 'N' || kind == 'K' || kind == 'O'
+	case 'D':
+		ok = kind == 'K' || kind == 'O'
+	}
+	if !ok {
+		return fmt.Errorf("%w: %q message: tuple type %q", ErrProtocol, data[0], kind)
+	}
+	var newTup []byte
+	if data[0] == 'U' {
+		if kind == 'N' {
+			kind, newTup, tup = 0, tup, nil
+		} else if rest, _ := skipTuple(tup); len(rest) > 0 && rest[0] == 'N' {
+			newTup = rest[1:]
+		} else {
+			return malformed(data)
+		}
+	}
+	rel, err := d.change(relID)
+	if err != nil || !rel.ours {
+		return err
+	}
+	switch data[0] {
+	case 'I':
+		return d.insert(rel, tup)
+	case 'U':
+		return d.update(rel, kind, tup, newTup)
+	}
+	return d.remove(rel, kind, tup)
 }
 
 func (d *decoder) relation(m *pglogrepl.RelationMessage) error {
@@ -229,26 +311,48 @@ const (
 	colUnknown        // not sent: unchanged TOAST, or outside the replica identity
 )
 
-// key returns the key column of t: its state and, for colValue, a copy.
-func key(rel relation, t *pglogrepl.TupleData) (int, []byte, error) {
-	if t == nil || rel.keyIdx >= len(t.Columns) || t.Columns[rel.keyIdx] == nil {
+// column returns the kind and the bytes of column i of the TupleData at the
+// start of t, which sizesValid accepted; ok is false when the tuple has no
+// column i.
+func column(t []byte, i int) (kind byte, data []byte, ok bool) {
+	if i < 0 || i >= int(binary.BigEndian.Uint16(t)) {
+		return 0, nil, false
+	}
+	t = t[2:]
+	for j := 0; ; j++ {
+		kind, t = t[0], t[1:]
+		data = nil
+		if kind == pglogrepl.TupleDataTypeText || kind == pglogrepl.TupleDataTypeBinary {
+			n := binary.BigEndian.Uint32(t)
+			data, t = t[4:4+n], t[4+n:]
+		}
+		if j == i {
+			return kind, data, true
+		}
+	}
+}
+
+// key returns the key column of tuple t: its state and, for colValue, its
+// bytes in the message.
+func key(rel relation, t []byte) (int, []byte, error) {
+	kind, data, ok := column(t, rel.keyIdx)
+	if !ok {
 		return 0, nil, fmt.Errorf("%w: tuple without the key column", ErrProtocol)
 	}
-	c := t.Columns[rel.keyIdx]
-	switch c.DataType {
+	switch kind {
 	case pglogrepl.TupleDataTypeText:
-		return colValue, bytes.Clone(c.Data), nil
+		return colValue, data, nil
 	case pglogrepl.TupleDataTypeNull:
 		return colNull, nil, nil
 	case pglogrepl.TupleDataTypeToast:
 		return colUnknown, nil, nil
 	}
-	return 0, nil, fmt.Errorf("%w: key column in format %q", ErrProtocol, c.DataType)
+	return 0, nil, fmt.Errorf("%w: key column in format %q", ErrProtocol, kind)
 }
 
 // oldKey reads the key from an old tuple ('K' or 'O'). Under an index
 // replica identity, columns outside the index arrive as NULL: unknown.
-func oldKey(rel relation, kind uint8, t *pglogrepl.TupleData) (int, []byte, error) {
+func oldKey(rel relation, kind uint8, t []byte) (int, []byte, error) {
 	st, k, err := key(rel, t)
 	if err != nil {
 		return 0, nil, err
@@ -259,23 +363,63 @@ func oldKey(rel relation, kind uint8, t *pglogrepl.TupleData) (int, []byte, erro
 	return st, k, nil
 }
 
+// keep returns a copy of b for a Change (nil stays nil, empty stays
+// non-nil), cut from the current chunk.
+func (d *decoder) keep(b []byte) []byte {
+	switch {
+	case b == nil:
+		return nil
+	case len(b) > bytesChunk/8:
+		return append(make([]byte, 0, len(b)), b...)
+	case d.bytes == nil || cap(d.bytes)-len(d.bytes) < len(b):
+		d.bytes = make([]byte, 0, min(max(bytesChunk, 2*cap(d.bytes)), maxBytes))
+	}
+	n := len(d.bytes)
+	d.bytes = append(d.bytes, b...)
+	return d.bytes[n:len(d.bytes):len(d.bytes)]
+}
+
+// push appends c to the open transaction's Changes, moving them to a new
+// chunk when the current one is full.
+func (d *decoder) push(c changefeed.Change) {
+	if len(d.chg) == cap(d.chg) {
+		open := d.chg[d.first:]
+		grown := make([]changefeed.Change, len(open), max(changesChunk, min(2*cap(d.chg), maxChanges), 2*len(open)))
+		copy(grown, open)
+		d.chg, d.first = grown, 0
+	}
+	d.chg = append(d.chg, c)
+}
+
+// cut returns the open transaction's Changes (nil for none) and closes it.
+func (d *decoder) cut() []changefeed.Change {
+	var cs []changefeed.Change
+	if n := len(d.chg); n > d.first {
+		cs = d.chg[d.first:n:n]
+	}
+	d.first = len(d.chg)
+	if cap(d.chg) > maxChanges {
+		d.chg, d.first = nil, 0
+	}
+	return cs
+}
+
+// add adds a Change; k is the key's bytes in the message.
 func (d *decoder) add(kind changefeed.Kind, k []byte) {
-	d.txn.Changes = append(d.txn.Changes, changefeed.Change{Kind: kind, Key: k})
+	d.push(changefeed.Change{Kind: kind, Key: d.keep(k)})
 }
 
 // addValue adds an Insert of the new tuple t with its value column: nil
 // when NULL or not sent.
-func (d *decoder) addValue(rel relation, k []byte, t *pglogrepl.TupleData) {
+func (d *decoder) addValue(rel relation, k []byte, t []byte) {
 	var v []byte
-	if rel.valIdx < len(t.Columns) {
-		if c := t.Columns[rel.valIdx]; c != nil && c.DataType == pglogrepl.TupleDataTypeText {
-			v = bytes.Clone(c.Data)
-		}
+	if kind, data, ok := column(t, rel.valIdx); ok && kind == pglogrepl.TupleDataTypeText {
+		v = d.keep(data)
 	}
-	d.txn.Changes = append(d.txn.Changes, changefeed.Change{Kind: changefeed.Insert, Key: k, Value: v})
+	d.push(changefeed.Change{Kind: changefeed.Insert, Key: d.keep(k), Value: v})
 }
 
-func (d *decoder) insert(rel relation, t *pglogrepl.TupleData) error {
+func (d *decoder) insert(rel relation, t []byte) error {
 	st, k, err := key(rel, t)
 	if err != nil {
 		return err
@@ -291,13 +435,15 @@ func (d *decoder) insert(rel relation, t *pglogrepl.TupleData) error {
 	return nil
 }
 
-func (d *decoder) update(rel relation, m *pglogrepl.UpdateMessage) error {
-	newSt, newKey, err := key(rel, m.NewTuple)
+// update decodes an UPDATE: oldKind is 'K' or 'O' with the old tuple, 0
+// without one.
+func (d *decoder) update(rel relation, oldKind byte, oldTup, newTup []byte) error {
+	newSt, newKey, err := key(rel, newTup)
 	if err != nil {
 		return err
 	}
 	if rel.valIdx >= 0 {
-		return d.updateValue(rel, m, newSt, newKey)
+		return d.updateValue(rel, oldKind, oldTup, newTup, newSt, newKey)
 	}
 	if newSt == colUnknown {
 		// Unchanged TOAST: the key column was not modified.
@@ -305,9 +451,9 @@ func (d *decoder) update(rel relation, m *pglogrepl.UpdateMessage) error {
 	}
 	oldSt := colUnknown
 	var old []byte
-	switch m.OldTupleType {
+	switch oldKind {
 	case pglogrepl.UpdateMessageTupleTypeKey, pglogrepl.UpdateMessageTupleTypeOld:
-		if oldSt, old, err = oldKey(rel, m.OldTupleType, m.OldTuple); err != nil {
+		if oldSt, old, err = oldKey(rel, oldKind, oldTup); err != nil {
 			return err
 		}
 	default:
@@ -335,8 +481,8 @@ func (d *decoder) update(rel relation, m *pglogrepl.UpdateMessage) error {
 	return nil
 }
 
-func (d *decoder) remove(rel relation, m *pglogrepl.DeleteMessage) error {
-	st, k, err := oldKey(rel, m.OldTupleType, m.OldTuple)
+func (d *decoder) remove(rel relation, kind byte, t []byte) error {
+	st, k, err := oldKey(rel, kind, t)
 	if err != nil {
 		return err
 	}
@@ -354,10 +500,10 @@ func (d *decoder) remove(rel relation, m *pglogrepl.DeleteMessage) error {
 // value, such as an expiry, with the key unchanged), with a nil Key when the
 // server did not resend an unchanged key (TOAST); the old side is a Delete
 // as without a value column.
-func (d *decoder) updateValue(rel relation, m *pglogrepl.UpdateMessage, newSt int, newKey []byte) error {
-	switch m.OldTupleType {
+func (d *decoder) updateValue(rel relation, oldKind byte, oldTup, newTup []byte, newSt int, newKey []byte) error {
+	switch oldKind {
 	case pglogrepl.UpdateMessageTupleTypeKey, pglogrepl.UpdateMessageTupleTypeOld:
-		oldSt, old, err := oldKey(rel, m.OldTupleType, m.OldTuple)
+		oldSt, old, err := oldKey(rel, oldKind, oldTup)
 		if err != nil {
 			return err
 		}
@@ -374,9 +520,9 @@ func (d *decoder) updateValue(rel relation, m *pglogrepl.UpdateMessage, newSt in
 	}
 	switch newSt {
 	case colValue:
-		d.addValue(rel, newKey, m.NewTuple)
+		d.addValue(rel, newKey, newTup)
 	case colUnknown:
-		d.addValue(rel, nil, m.NewTuple)
+		d.addValue(rel, nil, newTup)
 	}
 	return nil
 }

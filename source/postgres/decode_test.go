@@ -1,11 +1,17 @@
 package postgres
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/bloomgate/bloomgate/changefeed"
 )
@@ -306,5 +312,146 @@ func TestDecoderValue(t *testing.T) {
 	d.message(msgInsert(ours, rowV(tA, null)))
 	if tx, _ := d.message(msgCommit(0x200, 0x230)); tx == nil || tx.Changes[0].Value != nil {
 		t.Errorf("a NULL value: %+v, want a nil Value", tx)
+	}
+}
+
+// TestDecoderKeepsKeys: the keys, values and Changes of delivered
+// transactions are the consumer's: copied out of the message (which the
+// connection's buffer overwrites), never written again by later
+// transactions, whichever chunk they were cut from, and full to capacity so
+// that a consumer's append cannot reach a neighbour.
+func TestDecoderKeepsKeys(t *testing.T) {
+	d := newDecoder(ours, "email", "note")
+	rowV := func(email, note string) []byte { return tuple(col{'t', "7"}, col{'t', email}, col{'t', note}) }
+	type kept struct {
+		txn  changefeed.Txn
+		want []string // key, value, key, value, …
+	}
+	var all []kept
+	buf := make([]byte, 0, 1<<16) // one buffer for every message, as the connection's
+	decode := func(m []byte) *changefeed.Txn {
+		t.Helper()
+		buf = append(buf[:0], m...)
+		tx, err := d.message(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range buf {
+			buf[i] = 0xff
+		}
+		return tx
+	}
+	decode(relIndex)
+	for i := range 600 {
+		decode(msgBegin())
+		var want []string
+		for j := range i%7 + i/150 {
+			k := fmt.Sprintf("k%d.%d@x", i, j)
+			if j == 2 {
+				k = strings.Repeat("long", 200) + k // an allocation of its own
+			}
+			v := fmt.Sprintf("v%d", i*j)
+			if j == 3 {
+				v = "" // empty, not NULL
+			}
+			decode(msgInsert(ours, rowV(k, v)))
+			want = append(want, k, v)
+		}
+		tx := decode(msgCommit(uint64(1000+2*i), uint64(1001+2*i)))
+		all = append(all, kept{*tx, want})
+	}
+	for i, k := range all {
+		if cap(k.txn.Changes) != len(k.txn.Changes) || len(k.txn.Changes)*2 != len(k.want) {
+			t.Fatalf("txn %d: %d changes (capacity %d), want %d", i, len(k.txn.Changes), cap(k.txn.Changes), len(k.want)/2)
+		}
+		for j, c := range k.txn.Changes {
+			if c.Kind != changefeed.Insert || string(c.Key) != k.want[2*j] || string(c.Value) != k.want[2*j+1] || c.Value == nil {
+				t.Fatalf("txn %d change %d: %v %q %q, want insert %q %q", i, j, c.Kind, c.Key, c.Value, k.want[2*j], k.want[2*j+1])
+			}
+			if cap(c.Key) != len(c.Key) || cap(c.Value) != len(c.Value) {
+				t.Fatalf("txn %d change %d: key or value with room beyond it", i, j)
+			}
+		}
+	}
+}
+
+// TestDecoderRowMessages: malformed Begin, Commit, Insert, Update and Delete
+// messages are ErrProtocol, for any table, and an empty key is a key.
+func TestDecoderRowMessages(t *testing.T) {
+	upd := msgUpdate(ours, 'K', tuple(null, tA, null), row(tB))
+	for _, tc := range []struct {
+		name string
+		msgs [][]byte
+		want string
+		err  error
+	}{
+		{"empty key", txn(relIndex, msgInsert(ours, row(col{'t', ""}))), "512-560[insert ]", nil},
+		{"insert of type K", txn(relIndex, append(binary.BigEndian.AppendUint32([]byte{'I'}, ours), append([]byte{'K'}, row(tA)...)...)), "", ErrProtocol},
+		{"delete of type N", txn(relIndex, msgDelete(ours, 'N', row(tA))), "", ErrProtocol},
+		{"update without its new tuple", txn(relIndex, upd[:len(upd)-len(row(tB))-1]), "", ErrProtocol},
+		{"update with a second old tuple", txn(relIndex, append(upd[:len(upd)-len(row(tB))-1], append([]byte{'K'}, row(tB)...)...)), "", ErrProtocol},
+		{"short delete", txn(relIndex, binary.BigEndian.AppendUint32([]byte{'D'}, ours)), "", ErrProtocol},
+		{"short begin", [][]byte{msgBegin()[:20]}, "", ErrProtocol},
+		{"short commit", [][]byte{msgBegin(), msgCommit(1, 2)[:25]}, "", ErrProtocol},
+		{"other table, malformed", txn(relIndex, msgRelation(other, 'd', "id"), msgInsert(other, tuple(tA)[:4])), "", ErrProtocol},
+	} {
+		got, err := decodeAllMsgs(tc.msgs)
+		if !errors.Is(err, tc.err) || (tc.err == nil && got != tc.want) {
+			t.Errorf("%s: got %q, %v; want %q, %v", tc.name, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+// TestDecoderAllocs: decoding a transaction allocates less than once: its
+// Changes, keys and values are cut from chunks shared by many transactions.
+func TestDecoderAllocs(t *testing.T) {
+	d := newDecoder(ours, "email", "")
+	if _, err := d.message(relIndex); err != nil {
+		t.Fatal(err)
+	}
+	begin, commit := msgBegin(), msgCommit(0x200, 0x230)
+	one := msgInsert(ours, row(col{'t', "someone.else@example.com"}))
+	upd := msgUpdate(ours, 'K', tuple(null, tA, null), row(tB))
+	for name, msgs := range map[string][][]byte{
+		"one insert":      {begin, one, commit},
+		"an update":       {begin, upd, commit},
+		"hundred inserts": append(append([][]byte{begin}, slices.Repeat([][]byte{one}, 100)...), commit),
+	} {
+		if n := testing.AllocsPerRun(200, func() {
+			for _, m := range msgs {
+				if _, err := d.message(m); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}); n != 0 { // the average, rounded down
+			t.Errorf("%s: %v allocations per transaction, want less than one", name, n)
+		}
+	}
+}
+
+// TestAppendStatus: the standby status update is the message pglogrepl
+// sends for the same positions and time.
+func TestAppendStatus(t *testing.T) {
+	now := time.Date(2026, 12, 2, 15, 4, 5, 123456789, time.UTC)
+	for _, reply := range []bool{false, true} {
+		got := appendStatus(nil, 0x1_0000_2000, 0x1_0000_1000, now, reply)
+		// pglogrepl.SendStandbyStatusUpdate's encoding.
+		data := []byte{pglogrepl.StandbyStatusUpdateByteID}
+		data = binary.BigEndian.AppendUint64(data, 0x1_0000_2000)
+		data = binary.BigEndian.AppendUint64(data, 0x1_0000_1000)
+		data = binary.BigEndian.AppendUint64(data, 0x1_0000_1000)
+		data = binary.BigEndian.AppendUint64(data, uint64(now.Unix()*1000000+int64(now.Nanosecond())/1000-946684800*1000000))
+		if reply {
+			data = append(data, 1)
+		} else {
+			data = append(data, 0)
+		}
+		want, err := (&pgproto3.CopyData{Data: data}).Encode(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("reply %v: %x, want %x", reply, got, want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -201,7 +202,7 @@ type Feed struct {
 	mu         sync.Mutex          // guards the fields below
 	delivered  changefeed.Position // End of the last Txn handed to apply
 	acked      changefeed.Position // highest position confirmed by the consumer
-	wake       context.CancelFunc
+	wake       func()              // interrupts the running session's receive; called with mu held
 	connected  bool
 	started    time.Time
 	target     changefeed.Position // the server's WAL end when this connection started
@@ -823,6 +824,14 @@ func (f *Feed) streamOnce(ctx context.Context, apply func(changefeed.Txn) error)
 }
 
 // session is one replication connection's receive loop.
+//
+// The loop receives without a context: pgconn would arm a context watcher
+// (context.AfterFunc and a channel) per message, and a deadline context
+// costs a timer per message. The wait is bounded by the connection's read
+// deadline instead, set to the next status update; a Confirm during the
+// wait and the end of ctx interrupt it by moving the deadline into the past.
+// A read that times out leaves the connection usable: pgconn keeps it open
+// on a timeout, and pgproto3 resumes a message it had begun to read.
 type session struct {
 	f       *Feed
 	conn    *pgconn.PgConn
@@ -830,20 +839,47 @@ type session struct {
 	apply   func(changefeed.Txn) error
 	sentAck changefeed.Position
 	asked   time.Time // when the oldest status update asking for a reply still unanswered was sent
+
+	wake        func()    // s.interrupt, made once
+	deadline    time.Time // the read deadline last set by the loop
+	interrupted bool      // the read deadline was moved into the past since; guarded by f.mu
+	out         []byte    // the encoded status update, reused
+}
+
+// aLongTimeAgo is a read deadline that has passed: a read waiting returns at
+// once with a timeout.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// interrupt makes a receive under way (or the next one) return with a
+// timeout. f.mu must be held.
+func (s *session) interrupt() {
+	s.interrupted = true
+	s.conn.Conn().SetReadDeadline(aLongTimeAgo)
 }
 
 func (s *session) run(ctx context.Context) error {
 	f := s.f
+	nc := s.conn.Conn()
+	s.wake = s.interrupt
+	stopCtx := context.AfterFunc(ctx, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		s.interrupt()
+	})
 	defer func() {
+		stopCtx()
 		// Best effort: report a confirmation that arrived at the end.
 		f.mu.Lock()
+		f.wake = nil
 		pending := f.acked != s.sentAck
 		f.mu.Unlock()
 		if pending {
 			s.status(false)
 		}
+		nc.SetDeadline(time.Time{}) // for closeConn's Terminate
 	}()
 	nextStatus := time.Now()
+	woken := false
 	for {
 		if !s.asked.IsZero() && time.Since(s.asked) > f.cfg.Timeout {
 			return fmt.Errorf("postgres: replication connection: %w: no reply for %v to a status update asking for one",
@@ -855,35 +891,50 @@ func (s *session) run(ctx context.Context) error {
 			}
 			nextStatus = time.Now().Add(f.cfg.StatusInterval)
 		}
-		rctx, cancel := context.WithDeadline(ctx, nextStatus)
+		// The deadline is set before Confirm may interrupt the wait and
+		// before pending and ctx are read: an interruption from then on
+		// moves it into the past again, one before is seen below.
 		f.mu.Lock()
-		f.wake = cancel
+		reset := s.interrupted || !s.deadline.Equal(nextStatus)
+		s.interrupted = false
+		f.mu.Unlock()
+		if reset {
+			if err := nc.SetReadDeadline(nextStatus); err != nil {
+				return fmt.Errorf("postgres: replication receive: %w", err)
+			}
+			s.deadline = nextStatus
+		}
+		f.mu.Lock()
+		f.wake = s.wake
 		pending := f.acked != s.sentAck
 		f.mu.Unlock()
-		if pending {
-			cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// A confirmation is sent before the loop waits for the server;
+		// messages already received come first, so that a burst of
+		// transactions confirmed inside apply makes one status update.
+		if pending && (woken || s.conn.Frontend().ReadBufferLen() == 0) {
 			if err := s.status(false); err != nil {
 				return err
 			}
 		}
-		msg, err := s.conn.ReceiveMessage(rctx)
+		msg, err := s.conn.ReceiveMessage(context.Background())
 		f.mu.Lock()
-		f.wake = nil
+		f.wake = nil // a Confirm inside apply is seen above, without an interruption
 		f.mu.Unlock()
-		woken := rctx.Err() != nil
-		cancel()
-		if err == nil {
-			s.asked = time.Time{}
-		}
+		woken = false
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if woken && !s.conn.IsClosed() {
+			if pgconn.Timeout(err) && !s.conn.IsClosed() {
+				woken = true
 				continue // status deadline or Confirm: the connection is intact
 			}
 			return fmt.Errorf("postgres: replication receive: %w", err)
 		}
+		s.asked = time.Time{}
 		switch msg := msg.(type) {
 		case *pgproto3.CopyData:
 			if err := s.copyData(msg.Data); err != nil {
@@ -968,7 +1019,8 @@ func (s *session) deliver(t changefeed.Txn) error {
 
 // status sends a standby status update: write = the last delivered
 // position, flush = apply = the last confirmed one, all three set
-// explicitly (pglogrepl would copy write into a zero flush).
+// explicitly. The write is bounded by Timeout through the connection's write
+// deadline (pgconn's context does not reach a CopyData sent unbuffered).
 func (s *session) status(replyRequested bool) error {
 	f := s.f
 	f.mu.Lock()
@@ -977,21 +1029,40 @@ func (s *session) status(replyRequested bool) error {
 	if ack == 0 {
 		return nil // nothing confirmed: never let 0 become "write"
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.Timeout)
-	defer cancel()
-	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
-		WALWritePosition: pglogrepl.LSN(deliv),
-		WALFlushPosition: pglogrepl.LSN(ack),
-		WALApplyPosition: pglogrepl.LSN(ack),
-		ClientTime:       time.Now(),
-		ReplyRequested:   replyRequested,
-	})
-	if err != nil {
+	now := time.Now()
+	s.out = appendStatus(s.out[:0], deliv, ack, now, replyRequested)
+	if err := s.conn.Conn().SetWriteDeadline(now.Add(f.cfg.Timeout)); err != nil {
+		return fmt.Errorf("postgres: standby status: %w", err)
+	}
+	if err := s.conn.Frontend().SendUnbufferedEncodedCopyData(s.out); err != nil {
 		return fmt.Errorf("postgres: standby status: %w", err)
 	}
 	s.sentAck = ack
 	if replyRequested && s.asked.IsZero() {
-		s.asked = time.Now()
+		s.asked = now
 	}
 	return nil
 }
+
+// appendStatus appends a CopyData holding a standby status update
+// (https://www.postgresql.org/docs/current/protocol-replication.html), the
+// message pglogrepl.SendStandbyStatusUpdate sends, without its two
+// allocations.
+func appendStatus(b []byte, write, flush changefeed.Position, now time.Time, replyRequested bool) []byte {
+	const body = 1 + 8 + 8 + 8 + 8 + 1
+	b = append(b, 'd')
+	b = binary.BigEndian.AppendUint32(b, 4+body)
+	b = append(b, pglogrepl.StandbyStatusUpdateByteID)
+	b = binary.BigEndian.AppendUint64(b, uint64(write))
+	b = binary.BigEndian.AppendUint64(b, uint64(flush))
+	b = binary.BigEndian.AppendUint64(b, uint64(flush)) // apply
+	b = binary.BigEndian.AppendUint64(b, uint64(now.UnixMicro()-pgEpochMicros))
+	if replyRequested {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+// pgEpochMicros is PostgreSQL's epoch, 2000-01-01 UTC, in microseconds
+// since the Unix epoch.
+const pgEpochMicros = 946684800 * 1000000

@@ -2,16 +2,22 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/bloomgate/bloomgate/changefeed"
+	"github.com/bloomgate/bloomgate/source/postgres"
 )
 
 // BenchmarkFeedLag measures commit-to-delivery lag: the time from an
@@ -136,4 +142,136 @@ func envInt(b *testing.B, name string, def int) int {
 		b.Fatalf("%s=%q: want a positive integer", name, s)
 	}
 	return n
+}
+
+// receiveRun streams a feed into a consumer that counts inserted rows and
+// confirms every transaction (as Gate.Follow does without snapshots), for
+// measuring the feed's receive path: the replication messages' receipt,
+// decoding and delivery.
+type receiveRun struct {
+	fx      *feedFixture
+	f       *postgres.Feed
+	rows    atomic.Int64
+	target  atomic.Int64
+	reached chan struct{}
+	stop    func()
+	batch   int
+}
+
+func startReceive(tb testing.TB) *receiveRun {
+	tb.Helper()
+	fx := newFeedFixture(tb, "")
+	r := &receiveRun{fx: fx, f: fx.feed(tb), reached: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	p, err := r.f.Bootstrap(ctx, func([]byte) error { return nil })
+	if err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- r.f.Stream(ctx, p, func(t changefeed.Txn) error {
+			var n int64
+			for _, c := range t.Changes {
+				if c.Kind == changefeed.Insert && len(c.Key) > 0 {
+					n++
+				}
+			}
+			if n > 0 {
+				// Signal once per batch: when this transaction reaches the target.
+				now, target := r.rows.Add(n), r.target.Load()
+				if now >= target && now-n < target {
+					r.reached <- struct{}{}
+				}
+			}
+			return r.f.Confirm(ctx, t.End)
+		})
+	}()
+	r.stop = func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			tb.Errorf("Stream: %v", err)
+		}
+	}
+	tb.Cleanup(r.stop)
+	// Connected and past the bootstrap point before anything is measured.
+	for deadline := time.Now().Add(time.Minute); r.f.Health().CaughtUp.IsZero(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("the feed never caught up: %+v", r.f.Health())
+		}
+	}
+	return r
+}
+
+// receiveCost is what the process spent per row delivered.
+type receiveCost struct {
+	allocs, bytes, cpuNs float64
+	gcs                  uint32
+}
+
+// measure inserts rows rows in transactions of perTxn rows, all made by
+// one statement running on the server (so the test's own client allocates
+// next to nothing), and returns what the whole process spent, in
+// allocations, bytes and CPU time, per row until the feed delivered the
+// last one.
+func (r *receiveRun) measure(tb testing.TB, rows, perTxn int) receiveCost {
+	tb.Helper()
+	if rows%perTxn != 0 {
+		tb.Fatalf("%d rows in transactions of %d", rows, perTxn)
+	}
+	r.batch++
+	stmt := fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP
+		INSERT INTO %s (email) SELECT 'user' || i || '.' || g || '.%d@example.com' FROM generate_series(1, %d) g;
+		COMMIT; END LOOP; END $$`, rows/perTxn, r.fx.table, r.batch, perTxn)
+	r.target.Add(int64(rows))
+	var m0, m1 runtime.MemStats
+	var u0, u1 syscall.Rusage
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	syscall.Getrusage(syscall.RUSAGE_SELF, &u0)
+	if _, err := r.fx.pool.Exec(context.Background(), stmt); err != nil {
+		tb.Fatal(err)
+	}
+	select {
+	case <-r.reached:
+	case <-time.After(2 * time.Minute):
+		tb.Fatalf("%d of %d rows delivered after 2 minutes", r.rows.Load(), r.target.Load())
+	}
+	syscall.Getrusage(syscall.RUSAGE_SELF, &u1)
+	runtime.ReadMemStats(&m1)
+	cpu := time.Duration(u1.Utime.Nano() + u1.Stime.Nano() - u0.Utime.Nano() - u0.Stime.Nano())
+	n := float64(rows)
+	return receiveCost{
+		allocs: float64(m1.Mallocs-m0.Mallocs) / n,
+		bytes:  float64(m1.TotalAlloc-m0.TotalAlloc) / n,
+		cpuNs:  float64(cpu.Nanoseconds()) / n,
+		gcs:    m1.NumGC - m0.NumGC,
+	}
+}
+
+// BenchmarkFeedReceive measures the feed's receive path per replicated row:
+// allocations, bytes allocated and the process's CPU time (user and
+// system), for rows inserted in transactions of 1 and of 100 rows, each
+// transaction confirmed. One iteration is BLOOMGATE_FEED_ROWS rows (default
+// 20000).
+//
+//	go test ./source/postgres -run XXX -bench FeedReceive -benchtime 3x
+func BenchmarkFeedReceive(b *testing.B) {
+	rows := envInt(b, "BLOOMGATE_FEED_ROWS", 20000)
+	for _, perTxn := range []int{1, 100} {
+		b.Run(fmt.Sprintf("txn=%d", perTxn), func(b *testing.B) {
+			r := startReceive(b)
+			var sum receiveCost
+			var n float64
+			for b.Loop() {
+				c := r.measure(b, rows, perTxn)
+				sum.allocs += c.allocs
+				sum.bytes += c.bytes
+				sum.cpuNs += c.cpuNs
+				n++
+			}
+			b.ReportMetric(sum.allocs/n, "allocs/row")
+			b.ReportMetric(sum.bytes/n, "B/row")
+			b.ReportMetric(sum.cpuNs/n, "cpu-ns/row")
+		})
+	}
 }
