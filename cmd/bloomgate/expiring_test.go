@@ -100,7 +100,6 @@ func TestExpiringKill9(t *testing.T) {
 	bin := buildBinary(t)
 	for _, policy := range []string{"always", "everysec"} {
 		t.Run(policy, func(t *testing.T) {
-			t.Parallel() // a server and data directory of its own
 			dir := t.TempDir()
 			addr := freeAddr(t)
 			args := []string{"-resp", addr, "-http", "", "-data", dir, "-appendfsync", policy}
