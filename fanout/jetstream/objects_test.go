@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	crand "crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"io"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bloomgate/bloomgate/fanout/jetstream"
@@ -99,4 +104,73 @@ func TestGetObjectInterleavedChunks(t *testing.T) {
 		}
 	}
 	t.Logf("%d gaps between the chunks of one object", gaps)
+}
+
+// TestGetObjectRefusesDamage: an object whose chunks do not add up to its
+// recorded size and digest, or that lacks a chunk, is an error at the end
+// of the read, never a short or altered read that ends in io.EOF.
+func TestGetObjectRefusesDamage(t *testing.T) {
+	testsvc.Short(t, "starts a NATS cluster")
+	j := sharedJetStream(t)
+	set := openSet(t, jetstream.Config{JetStream: j, Replicas: 1, LeaseTTL: time.Second}, "d")
+	bucket := "BG_" + set.Backend().Name + "_snap"
+	store := set.Backend().Store
+	ctx := context.Background()
+
+	chunks := make([][]byte, 5)
+	var whole []byte
+	for i := range chunks {
+		chunks[i] = make([]byte, 100<<10)
+		crand.Read(chunks[i])
+		whole = append(whole, chunks[i]...)
+	}
+	for _, c := range []struct {
+		name   string
+		damage func(info *js.ObjectInfo, chunks [][]byte) [][]byte
+		ok     bool
+	}{
+		{"intact", func(*js.ObjectInfo, [][]byte) [][]byte { return chunks }, true},
+		{"byte-changed", func(_ *js.ObjectInfo, cs [][]byte) [][]byte {
+			cs = slices.Clone(cs)
+			cs[2] = slices.Clone(cs[2])
+			cs[2][1000] ^= 1
+			return cs
+		}, false},
+		{"size-larger", func(info *js.ObjectInfo, cs [][]byte) [][]byte { info.Size++; return cs }, false},
+		{"chunk-missing", func(info *js.ObjectInfo, cs [][]byte) [][]byte { info.Chunks++; return cs }, false},
+		{"last-chunk-lost", func(_ *js.ObjectInfo, cs [][]byte) [][]byte { return cs[:len(cs)-1] }, false},
+		{"chunk-count-short", func(info *js.ObjectInfo, cs [][]byte) [][]byte { info.Chunks--; return cs }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			nuid := c.name + "-nuid"
+			sum := sha256.Sum256(whole)
+			info := js.ObjectInfo{ObjectMeta: js.ObjectMeta{Name: c.name}, Bucket: bucket, NUID: nuid,
+				Size: uint64(len(whole)), Chunks: uint32(len(chunks)), Digest: "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:])}
+			for _, ch := range c.damage(&info, chunks) {
+				if _, err := j.Publish(ctx, "$O."+bucket+".C."+nuid, ch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m := nats.NewMsg("$O." + bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(c.name)))
+			m.Header.Set(js.MsgRollup, js.MsgRollupSubject)
+			m.Data, _ = json.Marshal(info)
+			if _, err := j.PublishMsg(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			rc, _, err := store.GetObject(ctx, c.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Close()
+			got, err := io.ReadAll(rc)
+			switch {
+			case c.ok && (err != nil || !bytes.Equal(got, whole)):
+				t.Fatalf("intact object: %d bytes, %v; want the %d put", len(got), err, len(whole))
+			case !c.ok && err == nil:
+				t.Fatalf("damaged object read to its end without an error (%d bytes)", len(got))
+			case !c.ok:
+				t.Logf("refused: %v", err)
+			}
+		})
+	}
 }
