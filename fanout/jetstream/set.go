@@ -135,28 +135,38 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 	s := &Set{cfg: cfg, subject: "bloomgate." + cfg.Set}
 	j := cfg.JetStream
 	var err error
-	if s.stream, err = openStream(ctx, j, js.StreamConfig{
-		Name: streamName(cfg.Set), Subjects: []string{s.subject}, Storage: js.FileStorage,
-		Replicas: cfg.Replicas, MaxAge: cfg.MaxAge, Duplicates: cfg.Duplicates,
+	if s.stream, err = answered(ctx, func(ctx context.Context) (js.Stream, error) {
+		return openStream(ctx, j, js.StreamConfig{
+			Name: streamName(cfg.Set), Subjects: []string{s.subject}, Storage: js.FileStorage,
+			Replicas: cfg.Replicas, MaxAge: cfg.MaxAge, Duplicates: cfg.Duplicates,
+		})
 	}); err != nil {
 		return nil, err
 	}
-	if s.pos, err = openKV(ctx, j, js.KeyValueConfig{
-		Bucket: "BG_" + cfg.Set + "_pos", History: 1, Replicas: cfg.Replicas, Storage: js.FileStorage,
+	if s.pos, err = answered(ctx, func(ctx context.Context) (js.KeyValue, error) {
+		return openKV(ctx, j, js.KeyValueConfig{
+			Bucket: "BG_" + cfg.Set + "_pos", History: 1, Replicas: cfg.Replicas, Storage: js.FileStorage,
+		})
 	}); err != nil {
 		return nil, err
 	}
-	if s.lease, err = openKV(ctx, j, js.KeyValueConfig{
-		Bucket: "BG_" + cfg.Set + "_lease", History: 1, TTL: cfg.LeaseTTL, Replicas: cfg.Replicas, Storage: js.FileStorage,
+	if s.lease, err = answered(ctx, func(ctx context.Context) (js.KeyValue, error) {
+		return openKV(ctx, j, js.KeyValueConfig{
+			Bucket: "BG_" + cfg.Set + "_lease", History: 1, TTL: cfg.LeaseTTL, Replicas: cfg.Replicas, Storage: js.FileStorage,
+		})
 	}); err != nil {
 		return nil, err
 	}
-	if s.objects, err = openObjects(ctx, j, js.ObjectStoreConfig{
-		Bucket: "BG_" + cfg.Set + "_snap", Replicas: cfg.Replicas, Storage: js.FileStorage,
+	if s.objects, err = answered(ctx, func(ctx context.Context) (js.ObjectStore, error) {
+		return openObjects(ctx, j, js.ObjectStoreConfig{
+			Bucket: "BG_" + cfg.Set + "_snap", Replicas: cfg.Replicas, Storage: js.FileStorage,
+		})
 	}); err != nil {
 		return nil, err
 	}
-	if s.objStr, err = j.Stream(ctx, "OBJ_BG_"+cfg.Set+"_snap"); err != nil {
+	if s.objStr, err = answered(ctx, func(ctx context.Context) (js.Stream, error) {
+		return j.Stream(ctx, "OBJ_BG_"+cfg.Set+"_snap")
+	}); err != nil {
 		return nil, fmt.Errorf("jetstream: object store BG_%s_snap: %w", cfg.Set, err)
 	}
 	// The client reads a bucket by direct gets, which any replica answers,
@@ -174,6 +184,44 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	return s, nil
+}
+
+// openAttempt bounds one attempt at opening an asset.
+const openAttempt = 2 * time.Second
+
+// answered runs open in attempts bounded by openAttempt, again at once
+// (after at most half a second) while an attempt goes unanswered, until
+// ctx ends. A JetStream API request can go unanswered while the cluster's
+// meta leader, or the asset's, is being elected — a cluster just formed, a
+// leader moving — and would otherwise wait out the whole of ctx (the
+// start's connect-timeout) for a reply that never comes. Every attempt
+// looks the asset up first, so an attempt whose create went through but
+// whose reply was lost finds the asset the next time.
+func answered[T any](ctx context.Context, open func(context.Context) (T, error)) (T, error) {
+	wait := 10 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, openAttempt)
+		v, err := open(actx)
+		cancel()
+		if err == nil || !unanswered(err) || ctx.Err() != nil {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// unanswered reports whether err says a request got no reply, or that
+// JetStream is not available yet (503), rather than an answer.
+func unanswered(err error) bool {
+	var apiErr *js.APIError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, js.ErrNoStreamResponse) ||
+		(errors.As(err, &apiErr) && apiErr.Code == 503)
 }
 
 func openStream(ctx context.Context, j js.JetStream, want js.StreamConfig) (js.Stream, error) {
