@@ -335,6 +335,11 @@ type follower struct {
 	rateItems uint64
 	ratePos   changefeed.Position
 	perPos    float64 // keys per unit of position applied (a stream's backlog in keys)
+	// The same for the window still open: its keys over a whole window (a
+	// lower bound of what it will measure), so that a table that starts
+	// growing fast, or a stream catching up after a stall, counts before
+	// the window ends, when the filter may have filled.
+	openRate, openPerPos float64
 	buildDur  time.Duration
 	buildKeys uint64
 	// Readers of the snapshots (a fan-out feeder's instances) swap in a
@@ -902,7 +907,14 @@ func (fl *follower) growthLocked(v *view, now time.Time) rebuildCause {
 	switch d := now.Sub(fl.rateAt); {
 	case fl.rateAt.IsZero() || n < fl.rateItems || fl.pos < fl.ratePos:
 		fl.rateAt, fl.rateItems, fl.ratePos = now, n, fl.pos
-	case d >= rateWindow:
+		fl.openRate, fl.openPerPos = 0, 0
+	case d < rateWindow:
+		dn := float64(n - fl.rateItems)
+		fl.openRate = dn / rateWindow.Seconds()
+		if dp := fl.pos - fl.ratePos; dp > 0 {
+			fl.openPerPos = dn / float64(dp)
+		}
+	default:
 		r := float64(n-fl.rateItems) / d.Seconds()
 		fl.rate = max(r, fl.rate*rateDecay)
 		if dp := fl.pos - fl.ratePos; dp > 0 {
@@ -910,6 +922,7 @@ func (fl *follower) growthLocked(v *view, now time.Time) rebuildCause {
 			fl.perPos = max(k, fl.perPos*rateDecay)
 		}
 		fl.rateAt, fl.rateItems, fl.ratePos = now, n, fl.pos
+		fl.openRate, fl.openPerPos = 0, 0
 	}
 	room := float64(fl.capacity) - float64(n)
 	if float64(n) >= growAt*float64(fl.capacity) || room <= fl.arrivingLocked(n) {
@@ -928,7 +941,7 @@ func (fl *follower) arrivingLocked(n uint64) float64 {
 	scale := max(1, float64(n)/float64(max(fl.buildKeys, fl.cfg.MinCapacity)))
 	backlog := 0.0
 	if m, ok := fl.heads.Newest(); ok && m.Head > fl.pos {
-		backlog = float64(m.Head-fl.pos) * fl.perPos
+		backlog = float64(m.Head-fl.pos) * max(fl.perPos, fl.openPerPos)
 	}
 	build := fl.buildDur.Seconds() * scale
 	if fl.buildKeys < fl.cfg.MinCapacity {
@@ -936,7 +949,7 @@ func (fl *follower) arrivingLocked(n uint64) float64 {
 		// started empty): assume minCopyPerKey a key.
 		build = max(build, float64(n)*minCopyPerKey.Seconds())
 	}
-	return backlog + fl.rate*(3*build+fl.readersLagLocked(n))
+	return backlog + max(fl.rate, fl.openRate)*(3*build+fl.readersLagLocked(n))
 }
 
 // snapshotReaders is implemented by a SnapshotStore whose snapshots other
@@ -1097,7 +1110,7 @@ func (fl *follower) startRebuildLocked(cause rebuildCause) {
 	g := fl.g
 	retry := fl.retry != causeNoRebuild
 	fl.retry = causeNoRebuild
-	n := float64(0)
+	n, arriving := float64(0), 0.0
 	growth := 1.0
 	if v := g.view.Load(); v.f != nil {
 		n = float64(items(v.f))
@@ -1108,8 +1121,10 @@ func (fl *follower) startRebuildLocked(cause rebuildCause) {
 	if cause == causeGrowth || retry {
 		// Sized for the keys it will hold when it is swapped in, too.
 		growth = growFactor
-		n += fl.arrivingLocked(uint64(n))
+		arriving = fl.arrivingLocked(uint64(n))
 	}
+	items := n
+	n += arriving
 	capacity := max(fl.sizeFor(n, growth), fl.retryCap)
 	fl.retryCap = 0
 	nf, err := g.newFilter(capacity)
@@ -1124,7 +1139,8 @@ func (fl *follower) startRebuildLocked(cause rebuildCause) {
 	ctx, cancel := context.WithCancel(context.Background())
 	rb := &feedRebuild{nf: nf, buffered: buffered, capacity: capacity, cause: cause, cancel: cancel}
 	fl.rebuild = rb
-	g.cfg.Logger.Info("bloomgate: rebuilding from the change feed", "reason", cause, "capacity", capacity)
+	g.cfg.Logger.Info("bloomgate: rebuilding from the change feed", "reason", cause, "capacity", capacity,
+		"serving_items", uint64(items), "serving_capacity", fl.capacity, "arriving", uint64(arriving), "keys_per_second", uint64(max(fl.rate, fl.openRate)))
 	fl.wg.Go(func() { fl.runRebuild(ctx, rb) })
 }
 

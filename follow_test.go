@@ -616,3 +616,60 @@ func TestFollowEndsOnClose(t *testing.T) {
 		return !strings.Contains(stacks, "bloomgate.(*Gate).Follow") && !strings.Contains(stacks, "bloomgate.(*follower)")
 	})
 }
+
+// TestFollowGrowthSeenInOpenWindow: a table that starts growing fast right
+// after the gate is ready (or a stream catching up after a stall) starts a
+// growth rebuild from the keys the rate window has seen so far, not only once
+// the window closes or the filter holds growAt of its capacity: by then a
+// rebuild timed at a fraction of a second cannot finish before the serving
+// filter overfills (a Bloom filter's false-positive rate above twice its
+// target, a cuckoo filter refusing keys and the gate failing open:
+// TestFollowGrowthWithoutBurst under load). 50,000 keys in a filter sized for
+// 62,500, 1,000 keys a transaction every 10 ms (100,000 keys/s): the rebuild
+// must start within the first two transactions (it started after four before
+// the open window counted), where the filter still has room for what arrives
+// while it runs (a build costs 15 µs a key here).
+func TestFollowGrowthSeenInOpenWindow(t *testing.T) {
+	for _, kind := range []struct {
+		name      string
+		newFilter func(uint64, float64, uint64) (bloomgate.Filter, error)
+	}{{"bloom", bloomgate.NewBloom}, {"cuckoo", bloomgate.NewCuckoo}} {
+		t.Run(kind.name, func(t *testing.T) {
+			clock := newFakeClock()
+			const start = 50_000
+			feed := memfeed.NewFeed(keys("user", start)...)
+			// MinCapacity above the bootstrap's keys: the build is assumed
+			// to take minCopyPerKey a key (the fake clock does not move
+			// while it runs).
+			g, stop := follow(t, feed, bloomgate.Config{Now: clock.Now, NewFilter: kind.newFilter, FPRate: 0.01,
+				RebuildInterval: time.Hour, CheckInterval: time.Hour},
+				bloomgate.FollowConfig{MaxLag: time.Hour, MinCapacity: 60_000})
+			defer stop()
+			hold := make(chan struct{})
+			feed.HoldRebuild(hold)
+			defer close(hold)
+			rebuilding := func() bool { return g.Stats().State == bloomgate.StateRebuilding }
+			for i := range 8 {
+				if rebuilding() {
+					if i > 2 {
+						t.Fatalf("the growth rebuild started after %d transactions of 1,000 keys", i)
+					}
+					return
+				}
+				batch := make([]string, 1000)
+				for j := range batch {
+					batch[j] = fmt.Sprintf("grow-%d-%d@example.com", i, j)
+				}
+				waitApplied(t, g, feed.Commit(batch, nil))
+				// The applied position is published before the apply's
+				// growth check ends; an empty transaction's apply starts
+				// after it (and, with the clock and keys unchanged, decides
+				// the same).
+				waitApplied(t, g, feed.Commit(nil, nil))
+				clock.Advance(10 * time.Millisecond)
+			}
+			t.Fatalf("no growth rebuild after 8 transactions of 1,000 keys (%d items, capacity %d)",
+				g.Stats().Filter.Items, g.Stats().Filter.Capacity)
+		})
+	}
+}

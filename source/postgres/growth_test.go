@@ -199,7 +199,7 @@ func growthWithoutBurst(t *testing.T, start, rows int, newFilter func(uint64, fl
 	}
 	defer g.Close()
 	defer func() {
-		if t.Failed() {
+		if t.Failed() || testing.Verbose() {
 			t.Log(logs.String())
 		}
 	}()
