@@ -340,8 +340,8 @@ type follower struct {
 	// growing fast, or a stream catching up after a stall, counts before
 	// the window ends, when the filter may have filled.
 	openRate, openPerPos float64
-	buildDur  time.Duration
-	buildKeys uint64
+	buildDur             time.Duration
+	buildKeys            uint64
 	// Readers of the snapshots (a fan-out feeder's instances) swap in a
 	// newer filter only once its snapshot is saved and they have read it:
 	// saveDur and saveKeys time the last save, genPending marks a newer
