@@ -703,9 +703,22 @@ func (ss *session) scanForwarded(q string, toks []token, err error) {
 		set = set || w == "set" || w == "reset" || w == "set_config"
 	}
 	if err == nil {
+		do := len(toks) > 0 && toks[0] == (token{kind: tokIdent, val: "do"})
 		for _, t := range toks {
-			if t.kind == tokIdent {
+			switch t.kind {
+			case tokIdent:
 				check(t.val)
+			case tokQIdent:
+				// SET "search_path": setting names are not case-sensitive.
+				d, st, s := scanWords(t.val)
+				ddl, setting, set = ddl || d, setting || st, set || s
+			case tokString:
+				// A DO block's or a function call's text may set the
+				// search_path (set_config): taint the session on the words
+				// alone. DDL words in strings count only in a DO block, so
+				// that data mentioning "drop" keeps the learned shapes.
+				d, st, s := scanWords(t.val)
+				ddl, setting, set = ddl || d && do, setting || st, set || s
 			}
 		}
 	} else {
@@ -723,6 +736,38 @@ func (ss *session) scanForwarded(q string, toks []token, err error) {
 		ss.tainted = true
 		ss.mu.Unlock()
 	}
+}
+
+// scanWords reports whether the words (letters and underscores, in any
+// case) of s include a ddlWord, a sessionWord, and set, reset or set_config.
+// Words too long to be one are skipped.
+func scanWords(s string) (ddl, setting, set bool) {
+	var buf [32]byte
+	for i := 0; i < len(s); {
+		j := i
+		for j < len(s) && (s[j] >= 'a' && s[j] <= 'z' || s[j] >= 'A' && s[j] <= 'Z' || s[j] == '_') {
+			j++
+		}
+		if j == i {
+			i++
+			continue
+		}
+		if j-i <= len(buf) {
+			w := buf[:j-i]
+			for k := range w {
+				c := s[i+k]
+				if c >= 'A' && c <= 'Z' {
+					c += 'a' - 'A'
+				}
+				w[k] = c
+			}
+			ddl = ddl || ddlWords[string(w)]
+			setting = setting || sessionWords[string(w)]
+			set = set || string(w) == "set" || string(w) == "reset" || string(w) == "set_config"
+		}
+		i = j
+	}
+	return ddl, setting, set
 }
 
 // ddlWords may change a table's shape or a privilege: learned result shapes
