@@ -710,14 +710,14 @@ func (ss *session) scanForwarded(q string, toks []token, err error) {
 				check(t.val)
 			case tokQIdent:
 				// SET "search_path": setting names are not case-sensitive.
-				d, st, s := scanWords(t.val)
+				d, st, s := scanWords(t.val, false)
 				ddl, setting, set = ddl || d, setting || st, set || s
 			case tokString:
 				// A DO block's or a function call's text may set the
 				// search_path (set_config): taint the session on the words
 				// alone. DDL words in strings count only in a DO block, so
 				// that data mentioning "drop" keeps the learned shapes.
-				d, st, s := scanWords(t.val)
+				d, st, s := scanWords(t.val, true)
 				ddl, setting, set = ddl || d && do, setting || st, set || s
 			}
 		}
@@ -740,8 +740,10 @@ func (ss *session) scanForwarded(q string, toks []token, err error) {
 
 // scanWords reports whether the words (letters and underscores, in any
 // case) of s include a ddlWord, a sessionWord, and set, reset or set_config.
-// Words too long to be one are skipped.
-func scanWords(s string) (ddl, setting, set bool) {
+// Words too long to be one are skipped. In a string literal "all" does not
+// count: text saying "set all" is common, and RESET ALL only returns to the
+// settings the session started with.
+func scanWords(s string, literal bool) (ddl, setting, set bool) {
 	var buf [32]byte
 	for i := 0; i < len(s); {
 		j := i
@@ -762,7 +764,7 @@ func scanWords(s string) (ddl, setting, set bool) {
 				w[k] = c
 			}
 			ddl = ddl || ddlWords[string(w)]
-			setting = setting || sessionWords[string(w)]
+			setting = setting || sessionWords[string(w)] && !(literal && string(w) == "all")
 			set = set || string(w) == "set" || string(w) == "reset" || string(w) == "set_config"
 		}
 		i = j
