@@ -52,3 +52,39 @@ func TestSearchPathChangedOutOfSight(t *testing.T) {
 		}
 	}
 }
+
+// TestTempTableShadows: a session that creates a temporary table of the set's
+// table's name (which its search_path puts first) finds that table's rows
+// through the front end as straight to PostgreSQL.
+func TestTempTableShadows(t *testing.T) {
+	f := newFrontEnd(t)
+	ctx := context.Background()
+	for _, create := range []string{
+		"CREATE TEMP TABLE " + f.table + " (email text, n int)",
+		"CREATE TEMPORARY TABLE " + f.table + " (email text, n int)",
+		"CREATE TABLE pg_temp." + f.table + " (email text, n int)",
+		"SELECT 'temp-key'::text AS email, 1 AS n INTO TEMP " + f.table,
+	} {
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+			c := connectMode(t, f.front, mode)
+			_, lookup := f.absentLookup(t, c)
+			lookup("absent-1") // learns the shape
+			lookup("absent-2") // answered locally
+			if _, err := c.Exec(ctx, create); err != nil {
+				t.Fatalf("%s: %v", create, err)
+			}
+			if _, err := c.Exec(ctx, "INSERT INTO "+f.table+" SELECT 'temp-key', 1 WHERE NOT EXISTS (SELECT 1 FROM "+f.table+")"); err != nil {
+				t.Fatal(err)
+			}
+			q := "SELECT email, n FROM " + f.table + " WHERE email = $1"
+			lookup("absent-3") // learns the shape again (DDL passed)
+			for range 2 {
+				var n int
+				if err := c.QueryRow(ctx, q, "temp-key").Scan(new(string), &n); err != nil || n != 1 {
+					t.Errorf("%v, after %s: %v, want the temporary table's row", mode, create, err)
+				}
+			}
+			c.Close(ctx)
+		}
+	}
+}

@@ -694,13 +694,20 @@ func (ss *session) matchTokens(toks []token, err error, literal bool) int {
 
 // scanForwarded drops learned result shapes when a forwarded statement may
 // change a table or a privilege, and stops answering locally in a session
-// that changes its search_path or role.
+// that changes its search_path or role or names a temporary table.
 func (ss *session) scanForwarded(q string, toks []token, err error) {
 	ddl, setting, set := false, false, false
+	// A temporary table comes first on the session's search_path: it may
+	// take the set's table's name in this session alone (CREATE TEMP TABLE,
+	// SELECT … INTO TEMP, a table in pg_temp).
+	temp, createInto, pgTemp := false, false, false
 	check := func(w string) {
 		ddl = ddl || ddlWords[w]
 		setting = setting || sessionWords[w]
 		set = set || w == "set" || w == "reset" || w == "set_config"
+		temp = temp || w == "temp" || w == "temporary"
+		createInto = createInto || w == "create" || w == "into"
+		pgTemp = pgTemp || strings.HasPrefix(w, "pg_temp")
 	}
 	if err == nil {
 		do := len(toks) > 0 && toks[0] == (token{kind: tokIdent, val: "do"})
@@ -712,6 +719,7 @@ func (ss *session) scanForwarded(q string, toks []token, err error) {
 				// SET "search_path": setting names are not case-sensitive.
 				d, st, s := scanWords(t.val, false)
 				ddl, setting, set = ddl || d, setting || st, set || s
+				pgTemp = pgTemp || len(t.val) >= 7 && strings.EqualFold(t.val[:7], "pg_temp")
 			case tokString:
 				// A DO block's or a function call's text may set the
 				// search_path (set_config): taint the session on the words
@@ -731,7 +739,7 @@ func (ss *session) scanForwarded(q string, toks []token, err error) {
 	if ddl {
 		ss.srv.cache.clear()
 	}
-	if setting && set { // SHOW search_path is harmless
+	if setting && set || temp && createInto || pgTemp { // SHOW search_path is harmless
 		ss.mu.Lock()
 		ss.tainted = true
 		ss.mu.Unlock()
