@@ -287,6 +287,11 @@ func apply(c *Config, l confLine) error {
 	case "data":
 		c.DataDir = l.value
 	case "requirepass":
+		// An empty value (a template's unset variable) would leave the
+		// server open while the file asks for a password.
+		if l.value == "" {
+			return l.errorf("want a password (remove the line for none)")
+		}
 		c.Password = l.value
 	case "appendfsync":
 		if l.value != "always" && l.value != "everysec" && l.value != "no" {

@@ -143,6 +143,8 @@ func TestParseServeFileErrors(t *testing.T) {
 		{"preauth-maxclients 0\n", "line 1: preauth-maxclients: want a positive integer"},
 		{"appendfsync sometimes\n", "line 1: appendfsync: want always, everysec or no"},
 		{"maxmemory lots\n", "line 1: maxmemory: want a size"},
+		{"requirepass\n", "line 1: requirepass: want a password"},
+		{"requirepass \"\"\n", "line 1: requirepass: want a password"},
 		{"resp a\nresp b\n", "line 2: resp given twice (first on line 1)"},
 		{"set s {\n  sqlite x\n", `line 1: set "s": missing closing "}"`},
 		{"set s {\n  query q\n}\n", `line 1: set "s": give exactly one of postgres or sqlite`},

@@ -694,18 +694,39 @@ func (ss *session) matchTokens(toks []token, err error, literal bool) int {
 
 // scanForwarded drops learned result shapes when a forwarded statement may
 // change a table or a privilege, and stops answering locally in a session
-// that changes its search_path or role.
+// that changes its search_path or role or names a temporary table.
 func (ss *session) scanForwarded(q string, toks []token, err error) {
 	ddl, setting, set := false, false, false
+	// A temporary table comes first on the session's search_path: it may
+	// take the set's table's name in this session alone (CREATE TEMP TABLE,
+	// SELECT … INTO TEMP, a table in pg_temp).
+	temp, createInto, pgTemp := false, false, false
 	check := func(w string) {
 		ddl = ddl || ddlWords[w]
 		setting = setting || sessionWords[w]
 		set = set || w == "set" || w == "reset" || w == "set_config"
+		temp = temp || w == "temp" || w == "temporary"
+		createInto = createInto || w == "create" || w == "into"
+		pgTemp = pgTemp || strings.HasPrefix(w, "pg_temp")
 	}
 	if err == nil {
+		do := len(toks) > 0 && toks[0] == (token{kind: tokIdent, val: "do"})
 		for _, t := range toks {
-			if t.kind == tokIdent {
+			switch t.kind {
+			case tokIdent:
 				check(t.val)
+			case tokQIdent:
+				// SET "search_path": setting names are not case-sensitive.
+				d, st, s := scanWords(t.val, false)
+				ddl, setting, set = ddl || d, setting || st, set || s
+				pgTemp = pgTemp || len(t.val) >= 7 && strings.EqualFold(t.val[:7], "pg_temp")
+			case tokString:
+				// A DO block's or a function call's text may set the
+				// search_path (set_config): taint the session on the words
+				// alone. DDL words in strings count only in a DO block, so
+				// that data mentioning "drop" keeps the learned shapes.
+				d, st, s := scanWords(t.val, true)
+				ddl, setting, set = ddl || d && do, setting || st, set || s
 			}
 		}
 	} else {
@@ -718,11 +739,45 @@ func (ss *session) scanForwarded(q string, toks []token, err error) {
 	if ddl {
 		ss.srv.cache.clear()
 	}
-	if setting && set { // SHOW search_path is harmless
+	if setting && set || temp && createInto || pgTemp { // SHOW search_path is harmless
 		ss.mu.Lock()
 		ss.tainted = true
 		ss.mu.Unlock()
 	}
+}
+
+// scanWords reports whether the words (letters and underscores, in any
+// case) of s include a ddlWord, a sessionWord, and set, reset or set_config.
+// Words too long to be one are skipped. In a string literal "all" does not
+// count: text saying "set all" is common, and RESET ALL only returns to the
+// settings the session started with.
+func scanWords(s string, literal bool) (ddl, setting, set bool) {
+	var buf [32]byte
+	for i := 0; i < len(s); {
+		j := i
+		for j < len(s) && (s[j] >= 'a' && s[j] <= 'z' || s[j] >= 'A' && s[j] <= 'Z' || s[j] == '_') {
+			j++
+		}
+		if j == i {
+			i++
+			continue
+		}
+		if j-i <= len(buf) {
+			w := buf[:j-i]
+			for k := range w {
+				c := s[i+k]
+				if c >= 'A' && c <= 'Z' {
+					c += 'a' - 'A'
+				}
+				w[k] = c
+			}
+			ddl = ddl || ddlWords[string(w)]
+			setting = setting || sessionWords[string(w)] && !(literal && string(w) == "all")
+			set = set || string(w) == "set" || string(w) == "reset" || string(w) == "set_config"
+		}
+		i = j
+	}
+	return ddl, setting, set
 }
 
 // ddlWords may change a table's shape or a privilege: learned result shapes
