@@ -140,6 +140,9 @@ $tok = ['jti' => 'tok-1', 'exp' => time() + 30];
 logout($redis, $tok);
 check(is_revoked($redis, $tok), 'a revoked token is refused');
 check(!is_revoked($redis, ['jti' => 'tok-live', 'exp' => time() + 30]), 'a live token is accepted');
+$last = ['jti' => 'tok-last', 'exp' => time()];
+logout($redis, $last); // in its expiry second: the server may refuse it as in the past
+check(is_revoked($redis, $last), 'a token in its expiry second is refused');
 logout($redis, ['jti' => 'tok-old', 'exp' => time() - 5]);
 check(true, 'a logout of a token that expired meanwhile is no error');
 refused(fn() => logout($redis, ['jti' => 'tok-long', 'exp' => time() + 3600]), "max TTL", 'a logout past the max TTL');
@@ -159,6 +162,9 @@ tok = {"jti": "tok-1", "exp": int(time.time()) + 30}
 logout(tok)
 check(is_revoked(tok), "a revoked token is refused")
 check(not is_revoked({"jti": "tok-live", "exp": int(time.time()) + 30}), "a live token is accepted")
+last = {"jti": "tok-last", "exp": int(time.time())}
+logout(last)  # in its expiry second: the server may refuse it as in the past
+check(is_revoked(last), "a token in its expiry second is refused")
 logout({"jti": "tok-old", "exp": int(time.time()) - 5})
 check(True, "a logout of a token that expired meanwhile is no error")
 refused(lambda: logout({"jti": "tok-long", "exp": int(time.time()) + 3600}), "max TTL", "a logout past the max TTL")
