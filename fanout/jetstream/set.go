@@ -40,6 +40,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -798,6 +799,17 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
 	return n, nil
+}
+
+var _ fanout.CheckedObject = (*chunkReader)(nil)
+
+// SHA256 returns the digest Read checks at the object's end.
+func (r *chunkReader) SHA256() (sum [sha256.Size]byte, ok bool) {
+	b, err := js.DecodeObjectDigest(r.digest)
+	if err != nil || len(b) != len(sum) || !strings.HasPrefix(r.digest, "SHA-256=") {
+		return sum, false
+	}
+	return [sha256.Size]byte(b), true
 }
 
 // Close cancels the reads in flight.
