@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"log/slog"
@@ -111,6 +112,16 @@ type Store interface {
 	Objects(ctx context.Context) ([]string, error)
 	// DeleteObject removes the object name.
 	DeleteObject(ctx context.Context, name string) error
+}
+
+// CheckedObject is implemented by a Store's GetObject reader that checks
+// the object's bytes against a SHA-256 of its own when read to the end
+// (returning an error instead of io.EOF on a mismatch). An instance's load
+// then relies on that check where the sum is its snapshot record's,
+// instead of hashing the bytes a second time.
+type CheckedObject interface {
+	// SHA256 returns the sum checked, if known.
+	SHA256() (sum [sha256.Size]byte, ok bool)
 }
 
 // Backend is what an adapter gives the engine for one set.

@@ -40,6 +40,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -186,7 +187,8 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 	return s, nil
 }
 
-// openAttempt bounds one attempt at opening an asset.
+// openAttempt bounds one attempt at opening an asset, or at a request
+// that precedes an upload.
 const openAttempt = 2 * time.Second
 
 // answered runs open in attempts bounded by openAttempt, again at once
@@ -651,33 +653,22 @@ func (s *jsStore) CompareAndPut(ctx context.Context, key string, val []byte, rev
 	return 0, fmt.Errorf("jetstream: %s: %w", key, err)
 }
 
-// objectProbe bounds one request that checks the object store answers
-// before an upload.
-const objectProbe = 2 * time.Second
-
 // PutObject uploads r once the object store answers. Put's first request
 // (the object's info) can go unanswered while the store's stream has no
 // leader yet — a cluster just formed, a leader moving — and would then
 // wait out ctx (the snapshot timeout, a minute) with the upload not
-// started: no instance can join meanwhile. So a short, bounded request is
-// tried first, again at once on failure, until one is answered.
+// started: no instance can join meanwhile. So the info is first asked for
+// in answered's bounded attempts; an answer that is an error (a permission
+// refused, say) fails the upload at once, for the feeder's next snapshot.
 func (s *jsStore) PutObject(ctx context.Context, name string, r io.Reader) error {
-	wait := 10 * time.Millisecond
-	for {
-		pctx, cancel := context.WithTimeout(ctx, objectProbe)
-		_, err := s.objects.GetInfo(pctx, name)
-		cancel()
-		if err == nil || errors.Is(err, js.ErrObjectNotFound) {
-			break
+	if _, err := answered(ctx, func(ctx context.Context) (*js.ObjectInfo, error) {
+		info, err := s.objects.GetInfo(ctx, name)
+		if errors.Is(err, js.ErrObjectNotFound) {
+			err = nil
 		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("jetstream: object store not answering: %w", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 500*time.Millisecond)
+		return info, err
+	}); err != nil {
+		return fmt.Errorf("jetstream: object store: %w", err)
 	}
 	_, err := s.objects.Put(ctx, js.ObjectMeta{Name: name}, r)
 	return err
@@ -808,6 +799,17 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
 	return n, nil
+}
+
+var _ fanout.CheckedObject = (*chunkReader)(nil)
+
+// SHA256 returns the digest Read checks at the object's end.
+func (r *chunkReader) SHA256() (sum [sha256.Size]byte, ok bool) {
+	b, err := js.DecodeObjectDigest(r.digest)
+	if err != nil || len(b) != len(sum) || !strings.HasPrefix(r.digest, "SHA-256=") {
+		return sum, false
+	}
+	return [sha256.Size]byte(b), true
 }
 
 // Close cancels the reads in flight.
