@@ -7,7 +7,9 @@
 # filter's size, for comparison.
 #
 #   bench/serve-mem.sh [serve flags…]      (e.g. -appendfsync always)
-#   BLOOMGATE=/path/to/bloomgate bench/serve-mem.sh …   (a built binary)
+#   BLOOMGATE=/path/to/bloomgate bench/serve-mem.sh …   (a built binary, instead
+#                                                        of building ./cmd/bloomgate
+#                                                        statically, as deploy/build.sh)
 #   REDISBLOOM_MODULE=/path/to/redisbloom.so bench/serve-mem.sh …
 #
 # With REDISBLOOM_MODULE naming a RedisBloom module the user already has, the
@@ -44,7 +46,7 @@ fill() { # port: prints the seconds the adds took
 BIN=${BLOOMGATE:-}
 if [ -z "$BIN" ]; then
 	BIN=$TMP/bloomgate
-	go build -o "$BIN" ./cmd/bloomgate
+	CGO_ENABLED=0 go build -trimpath -o "$BIN" ./cmd/bloomgate # as deploy/build.sh: static
 fi
 PORT=$(freeport)
 "$BIN" serve -resp "127.0.0.1:$PORT" -http "" -data "$TMP/data" "$@" >"$TMP/out" 2>"$TMP/err" &

@@ -12,7 +12,8 @@
 #
 #   bench/serve.sh [ROUNDS] [REQUESTS]      (defaults 5 and 500000)
 #   BLOOMGATE=/path/to/bloomgate bench/serve.sh …   (a built binary, instead
-#                                                    of building ./cmd/bloomgate)
+#                                                    of building ./cmd/bloomgate
+#                                                    statically, as deploy/build.sh)
 #   REDISBLOOM_MODULE=/path/to/redisbloom.so bench/serve.sh …
 #   RESPFLOOR=1 bench/serve.sh …       (or RESPFLOOR=loop)
 #
@@ -60,7 +61,7 @@ fill() { # port
 BIN=${BLOOMGATE:-}
 if [ -z "$BIN" ]; then
 	BIN=$TMP/bloomgate
-	go build -o "$BIN" ./cmd/bloomgate
+	CGO_ENABLED=0 go build -trimpath -o "$BIN" ./cmd/bloomgate # as deploy/build.sh: static
 fi
 RP=$(freeport)
 redis-server --port "$RP" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" --logfile "$TMP/redis.log" &
