@@ -151,13 +151,46 @@ func (s *startStages) add(o startStages) {
 }
 
 // report reports the mean of n starts' stages.
-func (s startStages) report(b *testing.B, n int) {
+func (s startStages) report(b *testing.B, n int) { s.reportAs(b, n, "") }
+
+// reportAs reports the mean of n starts' stages, each unit suffixed with
+// "/"+name unless name is "".
+func (s startStages) reportAs(b *testing.B, n int, name string) {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(n) / 1e6 }
-	b.ReportMetric(ms(s.ready), "ms-to-ready")
-	b.ReportMetric(ms(s.listening), "ms-listening")
-	b.ReportMetric(ms(s.connect), "ms-connect")
-	b.ReportMetric(ms(s.snapshot), "ms-snapshot")
-	b.ReportMetric(ms(s.catchup), "ms-catchup")
+	if name != "" {
+		name = "/" + name
+	}
+	b.ReportMetric(ms(s.ready), "ms-to-ready"+name)
+	b.ReportMetric(ms(s.listening), "ms-listening"+name)
+	b.ReportMetric(ms(s.connect), "ms-connect"+name)
+	b.ReportMetric(ms(s.snapshot), "ms-snapshot"+name)
+	b.ReportMetric(ms(s.catchup), "ms-catchup"+name)
+}
+
+// benchBinary is a build a start benchmark runs.
+type benchBinary struct{ name, path string }
+
+// benchBinaries returns the builds to compare: BLOOMGATE_BENCH_BINARIES,
+// "name=path,name=path…" (each iteration starts every one in turn, so a
+// shared machine's load falls on all alike), else this tree's build
+// alone (its metrics unsuffixed).
+func benchBinaries(b *testing.B) []benchBinary {
+	v := os.Getenv("BLOOMGATE_BENCH_BINARIES")
+	if v == "" {
+		return []benchBinary{{"", buildBinary(b)}}
+	}
+	var bins []benchBinary
+	for _, item := range strings.Split(v, ",") {
+		name, path, ok := strings.Cut(item, "=")
+		if !ok || name == "" || strings.ContainsAny(name, " \t/") {
+			b.Fatalf("BLOOMGATE_BENCH_BINARIES: %q is not name=path", item)
+		}
+		if _, err := os.Stat(path); err != nil {
+			b.Fatalf("BLOOMGATE_BENCH_BINARIES: %v", err)
+		}
+		bins = append(bins, benchBinary{name, path})
+	}
+	return bins
 }
 
 var (
@@ -210,21 +243,30 @@ func timeToReady(b testing.TB, bin, httpAddr string, args ...string) startStages
 // checks against PostgreSQL (a connection, wal_level, the publication),
 // the snapshot load, and the rest (the replication connection and
 // catching up with the feed's head).
+//
+// With BLOOMGATE_BENCH_BINARIES (name=path,…) it restarts each build in
+// turn on the same set and data directory, and reports each build's
+// stages with its name appended to the units.
 func BenchmarkServeRestart(b *testing.B) {
-	bin := buildBinary(b)
+	bins := benchBinaries(b)
 	pg := newFollowedDB(b)
 	bigTable(b, pg.DSN, benchKeys(b))
 	conf, _, httpAddr, _ := followConf(b, pg.DSN, "")
-	first := timeToReady(b, bin, httpAddr, "-config", conf)
+	first := timeToReady(b, bins[0].path, httpAddr, "-config", conf)
 	b.Logf("first start (bootstrap from the table): %v", first.ready.Round(time.Millisecond))
 	b.ResetTimer()
-	var total startStages
-	for range b.N {
-		st := timeToReady(b, bin, httpAddr, "-config", conf)
-		st.sideBySide = true
-		total.add(st)
+	totals := make([]startStages, len(bins))
+	for i := range b.N {
+		for j := range bins {
+			k := (i + j) % len(bins) // each build goes first as often
+			st := timeToReady(b, bins[k].path, httpAddr, "-config", conf)
+			st.sideBySide = true
+			totals[k].add(st)
+		}
 	}
-	total.report(b, b.N)
+	for k, bin := range bins {
+		totals[k].reportAs(b, b.N, bin.name)
+	}
 }
 
 // BenchmarkServeJoin: exec to /readyz 200 of a new instance-only process
