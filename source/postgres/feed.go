@@ -240,6 +240,12 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 	if pcfg.ConnConfig.ConnectTimeout == 0 || pcfg.ConnConfig.ConnectTimeout > cfg.Timeout {
 		pcfg.ConnConfig.ConnectTimeout = cfg.Timeout
 	}
+	if pcfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+		// The feed's queries are few and small, most run once, at the
+		// start: each goes in one round trip (no statement prepared
+		// first), and so does a batch of them (Setup's).
+		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: feed: %w", err)

@@ -42,9 +42,17 @@ func (f *Feed) resolve(ctx context.Context) (*resolved, error) {
 		return nil, ErrClosed
 	}
 	r := &resolved{}
-	err := f.queryRow(ctx, "resolve table "+f.cfg.Table, `SELECT c.oid, n.nspname, c.relname
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`,
-		[]any{f.cfg.Table}, &r.oid, &r.schema, &r.name)
+	err := f.queryRow(ctx, "resolve table "+f.cfg.Table, resolveSQL, []any{f.cfg.Table}, &r.oid, &r.schema, &r.name)
+	return f.resolved(ctx, r, err)
+}
+
+// resolveSQL is resolve's query: the table's OID, schema and name.
+const resolveSQL = `SELECT c.oid, n.nspname, c.relname
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`
+
+// resolved completes r, read by resolveSQL with error err (already
+// wrapped, unless pgx.ErrNoRows), and makes it the feed's.
+func (f *Feed) resolved(ctx context.Context, r *resolved, err error) (*resolved, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s (or the role lacks USAGE on its schema)", ErrNoTable, f.cfg.Table)
 	}

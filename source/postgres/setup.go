@@ -111,31 +111,30 @@ type tableIdentity struct {
 
 // Setup inspects the server and returns the statements that make the
 // feed's publication and role right, with advice. Setup changes nothing.
+//
+// Its queries go in two round trips (a server start's checks wait on
+// them): the settings with the table's lookup, then everything about the
+// table and the publication (the role's, when asked, in a third).
 func (f *Feed) Setup(ctx context.Context, opts SetupOptions) (SetupPlan, error) {
 	role := opts.Role
 	var p SetupPlan
 	var version int
 	var keepSize string
-	if err := f.queryRow(ctx, "setup: settings", "SELECT current_setting('wal_level'), current_setting('server_version_num')::int, current_setting('max_slot_wal_keep_size')",
-		nil, &p.WALLevel, &version, &keepSize); err != nil {
-		return p, err
-	}
-	r, err := f.resolve(ctx)
+	r, err := f.setupResolve(ctx, &p, &version, &keepSize)
 	if err != nil {
 		return p, err
 	}
-	ti, err := f.tableIdentity(ctx, r)
+	c, err := f.setupCatalog(ctx, r, version)
 	if err != nil {
 		return p, err
 	}
+	ti := c.ident
 	// The identity comes first: a publication of updates created before it
 	// would make the application's UPDATEs fail in between.
 	if err := f.chooseIdentity(&p, opts, ti, r); err != nil {
 		return p, err
 	}
-	if err := f.planPublication(ctx, &p, version, r, opts.Identity == IdentityInsertsOnly); err != nil {
-		return p, err
-	}
+	planPublication(&p, r, c, opts.Identity == IdentityInsertsOnly)
 	if role != "" {
 		if err := f.planRole(ctx, &p, role, r); err != nil {
 			return p, err
@@ -147,7 +146,7 @@ func (f *Feed) Setup(ctx context.Context, opts SetupOptions) (SetupPlan, error) 
 		p.Notes = append(p.Notes, "the publication carries inserts and truncates only: deletes cost a false positive each "+
 			"until the next rebuild (set a RebuildInterval), and an UPDATE of the key is missed until then: "+
 			"the application must never update "+f.cfg.Column)
-	} else if err := f.planIdentity(ctx, &p, identAfter(ti.ident, opts.Identity), r); err != nil {
+	} else if err := f.planIdentity(&p, identAfter(ti.ident, opts.Identity), r, c); err != nil {
 		return p, err
 	}
 	if keepSize == "-1" {
@@ -157,32 +156,111 @@ func (f *Feed) Setup(ctx context.Context, opts SetupOptions) (SetupPlan, error) 
 	return p, nil
 }
 
-// tableIdentity reads the table's replica identity, whether PostgreSQL can
-// use it for UPDATE and DELETE, and the indexes that could be it.
-func (f *Feed) tableIdentity(ctx context.Context, r *resolved) (tableIdentity, error) {
-	var ti tableIdentity
-	err := f.queryRow(ctx, "setup: replica identity", `SELECT c.relreplident::text,
-		c.relreplident = 'f' OR EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid
-			AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))),
-		coalesce((SELECT NOT (p.pubupdate OR p.pubdelete) FROM pg_publication p WHERE p.pubname = $2), false)
-		FROM pg_class c WHERE c.oid = $1`, []any{r.oid, r.pub}, &ti.ident, &ti.usable, &ti.insertOnly)
-	if err != nil {
-		return ti, err
+// setupResolve reads the server's settings and resolves the table, in one
+// round trip.
+func (f *Feed) setupResolve(ctx context.Context, p *SetupPlan, version *int, keepSize *string) (*resolved, error) {
+	if f.closed.Load() {
+		return nil, ErrClosed
 	}
 	qctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()
-	rows, err := f.pool.Query(qctx, `SELECT ic.relname FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+	b := &pgx.Batch{}
+	b.Queue("SELECT current_setting('wal_level'), current_setting('server_version_num')::int, current_setting('max_slot_wal_keep_size')")
+	b.Queue(resolveSQL, f.cfg.Table)
+	br := f.pool.SendBatch(qctx, b)
+	defer br.Close()
+	if err := br.QueryRow().Scan(&p.WALLevel, version, keepSize); err != nil {
+		return nil, f.wrap(ctx, qctx, "setup: settings", err)
+	}
+	r := &resolved{}
+	err := br.QueryRow().Scan(&r.oid, &r.schema, &r.name)
+	if err == nil {
+		err = br.Close()
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		err = f.wrap(ctx, qctx, "resolve table "+f.cfg.Table, err)
+	}
+	return f.resolved(ctx, r, err)
+}
+
+// catalog is what Setup reads about the table and the publication.
+type catalog struct {
+	ident tableIdentity
+	// The publication: whether it exists and publishes updates or
+	// deletes, and the rows of pg_publication_tables for the table and
+	// whether any of them filters rows or columns.
+	pubExists, pubChanges bool
+	pubTables             int
+	pubFiltered           bool
+	// The key column (keyFound false: the table has none of its name):
+	// whether the replica identity covers it, whether it is NOT NULL,
+	// and a unique index on it alone (nil: none).
+	keyFound, keyCovered, keyNotNull bool
+	keyIndex                         *string
+}
+
+// setupCatalog reads the table's replica identity, its candidate indexes,
+// the publication and the key column, in one round trip.
+func (f *Feed) setupCatalog(ctx context.Context, r *resolved, version int) (catalog, error) {
+	var c catalog
+	qctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
+	defer cancel()
+	b := &pgx.Batch{}
+	b.Queue(`SELECT c.relreplident::text,
+		c.relreplident = 'f' OR EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid
+			AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))),
+		coalesce((SELECT NOT (p.pubupdate OR p.pubdelete) FROM pg_publication p WHERE p.pubname = $2), false)
+		FROM pg_class c WHERE c.oid = $1`, r.oid, r.pub)
+	b.Queue(`SELECT ic.relname FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
 		LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attname = $2
 		WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL AND i.indimmediate
 		AND NOT EXISTS (SELECT 1 FROM pg_attribute x WHERE x.attrelid = i.indrelid AND x.attnum = ANY(i.indkey::int2[]) AND NOT x.attnotnull)
-		ORDER BY coalesce(i.indnkeyatts = 1 AND i.indkey[0] = a.attnum, false) DESC, ic.relname`, oneTrip([]any{r.oid, f.cfg.Column})...)
+		ORDER BY coalesce(i.indnkeyatts = 1 AND i.indkey[0] = a.attnum, false) DESC, ic.relname`, r.oid, f.cfg.Column)
+	b.Queue("SELECT count(*) > 0, coalesce(bool_or(pubupdate OR pubdelete), false) FROM pg_publication WHERE pubname = $1", r.pub)
+	if version >= 150000 {
+		b.Queue(`SELECT count(*), coalesce(bool_or(rowfilter IS NOT NULL OR NOT ($4 = ANY(attnames))), false) FROM pg_publication_tables
+		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`, r.pub, r.schema, r.name, f.cfg.Column)
+	} else {
+		b.Queue(`SELECT count(*), bool_or(false) FROM pg_publication_tables
+		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`, r.pub, r.schema, r.name)
+	}
+	b.Queue(`SELECT
+		coalesce((SELECT a.attnum = ANY(i.indkey::int2[]) FROM pg_index i
+			WHERE i.indrelid = c.oid AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))), false),
+		a.attnotnull,
+		(SELECT ic.relname FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+			WHERE i.indrelid = c.oid AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+			AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum AND i.indimmediate ORDER BY 1 LIMIT 1)
+		FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped
+		WHERE c.oid = $1`, r.oid, f.cfg.Column)
+	br := f.pool.SendBatch(qctx, b)
+	defer br.Close()
+	ti := &c.ident
+	if err := br.QueryRow().Scan(&ti.ident, &ti.usable, &ti.insertOnly); err != nil {
+		return c, f.wrap(ctx, qctx, "setup: replica identity", err)
+	}
+	rows, err := br.Query()
 	if err == nil {
 		ti.candidates, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	}
 	if err != nil {
-		return ti, f.wrap(ctx, qctx, "setup: indexes", err)
+		return c, f.wrap(ctx, qctx, "setup: indexes", err)
 	}
-	return ti, nil
+	if err := br.QueryRow().Scan(&c.pubExists, &c.pubChanges); err != nil {
+		return c, f.wrap(ctx, qctx, "setup: publication", err)
+	}
+	if err := br.QueryRow().Scan(&c.pubTables, &c.pubFiltered); err != nil {
+		return c, f.wrap(ctx, qctx, "setup: publication tables", err)
+	}
+	err = br.QueryRow().Scan(&c.keyCovered, &c.keyNotNull, &c.keyIndex)
+	c.keyFound = err == nil
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+	}
+	if err == nil {
+		err = br.Close()
+	}
+	return c, f.wrap(ctx, qctx, "setup: key column", err)
 }
 
 // chooseIdentity adds the statements the operator's identity choice needs,
@@ -239,48 +317,29 @@ func identAfter(ident string, choice Identity) string {
 	return ident
 }
 
-func (f *Feed) planPublication(ctx context.Context, p *SetupPlan, version int, r *resolved, insertsOnly bool) error {
+func planPublication(p *SetupPlan, r *resolved, c catalog, insertsOnly bool) {
 	table, pub := r.table, pgx.Identifier{r.pub}.Sanitize()
-	var exists, publishesChanges bool
-	if err := f.queryRow(ctx, "setup: publication", "SELECT count(*) > 0, coalesce(bool_or(pubupdate OR pubdelete), false) FROM pg_publication WHERE pubname = $1",
-		[]any{r.pub}, &exists, &publishesChanges); err != nil {
-		return err
-	}
 	const insertsOnlyOpt = " WITH (publish = 'insert, truncate')"
-	if !exists {
+	if !c.pubExists {
 		stmt := "CREATE PUBLICATION " + pub + " FOR TABLE " + table
 		if insertsOnly {
 			stmt += insertsOnlyOpt
 		}
 		p.Statements = append(p.Statements, stmt)
-		return nil
+		return
 	}
-	if insertsOnly && publishesChanges {
+	if insertsOnly && c.pubChanges {
 		p.Statements = append(p.Statements, "ALTER PUBLICATION "+pub+" SET"+insertsOnlyOpt[5:])
 	}
-	q := `SELECT count(*), bool_or(false) FROM pg_publication_tables
-		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`
-	args := []any{r.pub, r.schema, r.name}
-	if version >= 150000 {
-		q = `SELECT count(*), coalesce(bool_or(rowfilter IS NOT NULL OR NOT ($4 = ANY(attnames))), false) FROM pg_publication_tables
-		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`
-		args = append(args, f.cfg.Column)
-	}
-	var n int
-	var filtered bool
-	if err := f.queryRow(ctx, "setup: publication tables", q, args, &n, &filtered); err != nil {
-		return err
-	}
 	switch {
-	case n == 0:
+	case c.pubTables == 0:
 		p.Statements = append(p.Statements, "ALTER PUBLICATION "+pub+" ADD TABLE "+table)
-	case filtered:
+	case c.pubFiltered:
 		// SET TABLE without WHERE or a column list drops both. A row filter
 		// on updates can make the application's UPDATEs fail, and one
 		// hiding rows would hide keys.
 		p.Statements = append(p.Statements, "ALTER PUBLICATION "+pub+" SET TABLE "+table)
 	}
-	return nil
 }
 
 func (f *Feed) planRole(ctx context.Context, p *SetupPlan, role string, rt *resolved) error {
@@ -306,24 +365,11 @@ func (f *Feed) planRole(ctx context.Context, p *SetupPlan, role string, rt *reso
 
 // planIdentity explains what deletes and key updates will look like, and
 // how to make them exact.
-func (f *Feed) planIdentity(ctx context.Context, p *SetupPlan, ident string, r *resolved) error {
+func (f *Feed) planIdentity(p *SetupPlan, ident string, r *resolved, c catalog) error {
 	table := r.table
-	var covered, notNull bool
-	var index *string
-	err := f.queryRow(ctx, "setup: key column", `SELECT
-		coalesce((SELECT a.attnum = ANY(i.indkey::int2[]) FROM pg_index i
-			WHERE i.indrelid = c.oid AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))), false),
-		a.attnotnull,
-		(SELECT ic.relname FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
-			WHERE i.indrelid = c.oid AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
-			AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum AND i.indimmediate ORDER BY 1 LIMIT 1)
-		FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped
-		WHERE c.oid = $1`, []any{r.oid, f.cfg.Column}, &covered, &notNull, &index)
-	if errors.Is(err, pgx.ErrNoRows) {
+	covered, notNull, index := c.keyCovered, c.keyNotNull, c.keyIndex
+	if !c.keyFound {
 		return fmt.Errorf("%w: column %q not in %s", ErrKeyColumn, f.cfg.Column, r.table)
-	}
-	if err != nil {
-		return err
 	}
 	if ident == "f" || covered {
 		p.Notes = append(p.Notes, "replica identity covers the key: deletes and key updates carry the old key, so filters that can delete stay exact")

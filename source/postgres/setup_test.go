@@ -3,8 +3,11 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -299,4 +302,103 @@ func TestSetupNotesKeyNotInIdentity(t *testing.T) {
 			t.Errorf("setup's notes lack %q:\n%s", want, notes)
 		}
 	}
+}
+
+// TestSetupRoundTrips: Setup's checks (a server start waits on them) take
+// two round trips on a connected feed — the settings with the table's
+// lookup, then the table, its indexes, the publication and the key column
+// — counted at a relay between the feed and the server as the times the
+// client speaks again after the server answered.
+func TestSetupRoundTrips(t *testing.T) {
+	pg := testsvc.LogicalPostgres(t)
+	pg.SQL(t, "CREATE TABLE trips (email text PRIMARY KEY)", "CREATE PUBLICATION trips_pub FOR TABLE trips")
+	relay := newTurnRelay(t, net.JoinHostPort(pg.Host, strconv.Itoa(pg.Port)))
+	u, err := url.Parse(pg.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = relay.addr
+	f, err := postgres.NewFeed(postgres.FeedConfig{ConnString: u.String(), Table: "trips", Column: "email", Publication: "trips_pub"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx := context.Background()
+	plan, err := f.Setup(ctx, postgres.SetupOptions{}) // connects
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Statements) != 0 || plan.WALLevel != "logical" {
+		t.Fatalf("plan %+v: want nothing to do", plan)
+	}
+	before := relay.turns.Load()
+	if _, err := f.Setup(ctx, postgres.SetupOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := relay.turns.Load() - before; n != 2 {
+		t.Errorf("Setup took %d round trips, want 2", n)
+	}
+}
+
+// turnRelay relays TCP connections to a server and counts turns: the
+// client sending after the server last sent.
+type turnRelay struct {
+	addr  string
+	turns atomic.Int64
+}
+
+func newTurnRelay(t *testing.T, server string) *turnRelay {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	r := &turnRelay{addr: ln.Addr().String()}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", server)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			t.Cleanup(func() { c.Close(); s.Close() })
+			var serverSpoke atomic.Bool
+			serverSpoke.Store(true) // the client's first message is a turn
+			go func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						if serverSpoke.Swap(false) {
+							r.turns.Add(1)
+						}
+						s.Write(buf[:n])
+					}
+					if err != nil {
+						s.Close()
+						return
+					}
+				}
+			}()
+			go func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := s.Read(buf)
+					if n > 0 {
+						serverSpoke.Store(true)
+						c.Write(buf[:n])
+					}
+					if err != nil {
+						c.Close()
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return r
 }
