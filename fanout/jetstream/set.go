@@ -218,13 +218,20 @@ func answered[T any](ctx context.Context, open func(context.Context) (T, error))
 }
 
 // unanswered reports whether err says a request got no reply, or that
-// JetStream is not available yet (503), rather than an answer.
+// JetStream is not available yet (503) or has no peers to place a
+// replicated asset on yet, rather than an answer.
 func unanswered(err error) bool {
 	var apiErr *js.APIError
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, js.ErrNoStreamResponse) ||
-		(errors.As(err, &apiErr) && apiErr.Code == 503)
+		(errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.ErrorCode == errCodeNoPeers))
 }
+
+// errCodeNoPeers is JetStream's "no suitable peers for placement": while
+// the cluster regains its nodes (or forms), the meta leader may not count
+// enough of them for the asset's replicas yet. A cluster that never will
+// has Open fail with it when its context ends.
+const errCodeNoPeers js.ErrorCode = 10005
 
 func openStream(ctx context.Context, j js.JetStream, want js.StreamConfig) (js.Stream, error) {
 	st, err := j.Stream(ctx, want.Name)
