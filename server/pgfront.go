@@ -50,11 +50,12 @@ func answerStatements(ctx context.Context, cfg *Config, store *serve.Store) ([]p
 		read := positions.Read
 		table, column := d.Source.Table, d.Source.Column
 		for _, sql := range d.Answers {
-			if _, err := pgwire.ParseTemplate(sql, table, column); err != nil {
+			tmpl, err := pgwire.ParseTemplate(sql, table, column)
+			if err != nil {
 				return nil, closers, fmt.Errorf("set %q: answer %q: %w", d.Name, sql, err)
 			}
 			cctx, cancel := context.WithTimeout(ctx, timeout)
-			db, oids, err := postgres.CheckAnswer(cctx, pool, table, column, sql)
+			db, oids, err := postgres.CheckAnswer(cctx, pool, table, tmpl.Table(), column, sql)
 			cancel()
 			if err != nil {
 				return nil, closers, fmt.Errorf("set %q: answer %q: %w", d.Name, sql, err)

@@ -23,7 +23,7 @@ import (
 func BenchmarkAnswerLocal(b *testing.B) {
 	f := newFrontEnd(b)
 	ctx := context.Background()
-	q := "SELECT email, n FROM " + f.table + " WHERE email = "
+	q := "SELECT email, n FROM public." + f.table + " WHERE email = "
 	for _, proto := range []string{"simple", "extended"} {
 		b.Run(proto, func(b *testing.B) {
 			const clients = 8

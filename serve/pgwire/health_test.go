@@ -50,7 +50,7 @@ func TestUpstreamHealth(t *testing.T) {
 func TestUpstreamLatency(t *testing.T) {
 	f := newFrontEnd(t)
 	ctx := context.Background()
-	q := "SELECT email, n FROM " + f.table + " WHERE email = $1"
+	q := "SELECT email, n FROM public." + f.table + " WHERE email = $1"
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
 		cfg, _ := pgx.ParseConfig(f.front)
 		cfg.DefaultQueryExecMode = mode

@@ -29,7 +29,7 @@ func TestSeveralParameters(t *testing.T) {
 		if _, err := admin.Exec(context.Background(), "ALTER TABLE "+st.Table+" ADD COLUMN tenant text NOT NULL DEFAULT 't1'"); err != nil {
 			t.Fatal(err)
 		}
-		q = "SELECT email, n FROM " + st.Table + " WHERE tenant = $1 AND email = $2"
+		q = "SELECT email, n FROM public." + st.Table + " WHERE tenant = $1 AND email = $2"
 		st.SQL, st.ParamOIDs = q, []uint32{25, 25}
 	})
 	ctx := context.Background()

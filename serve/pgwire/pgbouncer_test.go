@@ -36,7 +36,7 @@ func TestPgBouncer(t *testing.T) {
 	probe.Close(ctx)
 	bouncer := testsvc.PgBouncer(t, upstream, "transaction")
 	f := newFrontEnd(t, func(c *Config) { c.Upstream = bouncer })
-	q := "SELECT email, n FROM " + f.table + " WHERE email = $1"
+	q := "SELECT email, n FROM public." + f.table + " WHERE email = $1"
 	other, err := pgx.Connect(ctx, f.dsn)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,8 @@ package pgwire
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -86,5 +88,66 @@ func TestTempTableShadows(t *testing.T) {
 			}
 			c.Close(ctx)
 		}
+	}
+}
+
+// TestUserSchemaShadows: a role with a schema of its own name holding a
+// table of the set's table's name (the default search_path "$user", public
+// puts it first) finds that table's rows through the front end as straight
+// to PostgreSQL, while the answer statement names the set's table with its
+// schema and is still answered locally for absent keys.
+func TestUserSchemaShadows(t *testing.T) {
+	f := newFrontEnd(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	role := "app_" + f.table
+	for _, q := range []string{
+		"CREATE ROLE " + role + " LOGIN PASSWORD 'app'",
+		"GRANT SELECT ON public." + f.table + " TO " + role,
+		"CREATE SCHEMA " + role + " AUTHORIZATION " + role,
+		"CREATE TABLE " + role + "." + f.table + " (email text, n int)",
+		"INSERT INTO " + role + "." + f.table + " VALUES ('only@x.com', 1)",
+		"GRANT SELECT ON " + role + "." + f.table + " TO " + role,
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		admin, err := pgx.Connect(context.Background(), f.dsn)
+		if err != nil {
+			return
+		}
+		defer admin.Close(context.Background())
+		admin.Exec(context.Background(), "DROP SCHEMA "+role+" CASCADE")
+		admin.Exec(context.Background(), "DROP OWNED BY "+role)
+		admin.Exec(context.Background(), "DROP ROLE "+role)
+	})
+	cfg, err := pgx.ParseConfig(f.front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := fmt.Sprintf("postgres://%s:app@%s/%s?sslmode=disable", role, net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)), cfg.Database)
+	unqualified := "SELECT email, n FROM " + f.table + " WHERE email = $1"
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		c := connectMode(t, front, mode)
+		for i := range 3 { // the first learns the shape, were it answered
+			var n int
+			if err := c.QueryRow(ctx, unqualified, "only@x.com").Scan(new(string), &n); err != nil || n != 1 {
+				t.Fatalf("%v, lookup %d: %v, want the row of %s.%s", mode, i+1, err, role, f.table)
+			}
+		}
+		_, lookup := f.absentLookup(t, c)
+		lookup("absent-1") // learns the shape
+		before := f.count(t, "bloomgate_pgwire_answered_total")
+		lookup("absent-2") // answered locally
+		if got := f.count(t, "bloomgate_pgwire_answered_total") - before; got != 1 {
+			t.Errorf("%v: %v absent keys answered locally, want 1 (the schema-qualified answer statement)", mode, got)
+		}
+		c.Close(ctx)
 	}
 }

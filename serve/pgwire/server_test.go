@@ -115,7 +115,7 @@ func newFrontEnd(t testing.TB, tweaks ...func(*Config)) *frontEnd {
 	reg := prometheus.NewRegistry()
 	conf := Config{
 		Upstream: net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)),
-		Statements: []Statement{{SetName: "s", SQL: "SELECT email, n FROM " + table + " WHERE email = $1", Table: table, Column: "email",
+		Statements: []Statement{{SetName: "s", SQL: "SELECT email, n FROM public." + table + " WHERE email = $1", Table: table, Column: "email",
 			Database: cfg.Database, ParamOIDs: []uint32{25}, Set: set, ReadPosition: positions.Read}},
 		Registerer: reg,
 	}
@@ -158,7 +158,7 @@ func connectMode(t testing.TB, dsn string, mode pgx.QueryExecMode) *pgx.Conn {
 // absentLookup is the front end's answer statement, and a lookup of a key
 // the table does not hold through c, which fails t unless it finds no row.
 func (f *frontEnd) absentLookup(t *testing.T, c *pgx.Conn) (q string, lookup func(k string)) {
-	q = "SELECT email, n FROM " + f.table + " WHERE email = $1"
+	q = "SELECT email, n FROM public." + f.table + " WHERE email = $1"
 	return q, func(k string) {
 		t.Helper()
 		if err := c.QueryRow(context.Background(), q, k).Scan(new(string), new(int)); err != pgx.ErrNoRows {
@@ -201,7 +201,7 @@ func (f *frontEnd) count(t testing.TB, name string, labels ...string) float64 {
 func TestConcurrentSessions(t *testing.T) {
 	f := newFrontEnd(t)
 	ctx := context.Background()
-	q := "SELECT email, n FROM " + f.table + " WHERE email = $1"
+	q := "SELECT email, n FROM public." + f.table + " WHERE email = $1"
 	modes := []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
 		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol}
 	var wg sync.WaitGroup
@@ -383,7 +383,7 @@ func TestAnswerLater(t *testing.T) {
 	var stmts []Statement
 	f := newFrontEnd(t, func(c *Config) { stmts, c.Statements = c.Statements, nil })
 	ctx := context.Background()
-	q := "SELECT email, n FROM " + f.table + " WHERE email = $1"
+	q := "SELECT email, n FROM public." + f.table + " WHERE email = $1"
 	connect := func(mode pgx.QueryExecMode) *pgx.Conn { return connectMode(t, f.front, mode) }
 	lookup := func(c *pgx.Conn, k string) {
 		t.Helper()
@@ -438,7 +438,7 @@ func TestShapeChangedBehindFrontEnd(t *testing.T) {
 	f := newFrontEnd(t)
 	ctx := context.Background()
 	c := connectMode(t, f.front, pgx.QueryExecModeExec)
-	q := "SELECT email, n FROM " + f.table + " WHERE email = $1"
+	q := "SELECT email, n FROM public." + f.table + " WHERE email = $1"
 	nType := func(k string, wantRows int) uint32 {
 		t.Helper()
 		rows, err := c.Query(ctx, q, k)

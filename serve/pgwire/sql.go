@@ -410,7 +410,13 @@ type Template struct {
 	key, params int
 	// at are the indexes in toks of every parameter.
 	at []int
+	// table is the FROM name, schema-qualified, as SQL.
+	table string
 }
+
+// Table is the relation the statement reads, schema-qualified and quoted
+// as SQL (for comparing it with the set's table on the database).
+func (t *Template) Table() string { return t.table }
 
 // Params is how many parameters the statement has; Key is the number of
 // the key's ($1 is 1).
@@ -514,6 +520,18 @@ func ParseTemplate(stmt, table, column string) (*Template, error) {
 	if !sameName(name, tableName) {
 		return nil, fmt.Errorf("FROM %s: not the set's table %s", strings.Join(name, "."), table)
 	}
+	// An unqualified name (or one in pg_temp, the session's own temporary
+	// schema) means what each session's search_path makes it: a schema
+	// named after the role, a path set by ALTER ROLE or inside a function,
+	// a temporary table. The front end cannot see all of them.
+	if len(name) < 2 || strings.HasPrefix(name[len(name)-2], "pg_temp") {
+		schema := "public"
+		if len(tableName) >= 2 && !strings.HasPrefix(tableName[len(tableName)-2], "pg_temp") {
+			schema = quoteIdent(tableName[len(tableName)-2])
+		}
+		return nil, fmt.Errorf("FROM %s: name the table with its schema (FROM %s.%s): an unqualified name means what each session's search_path makes it",
+			quoteName(name), schema, quoteIdent(name[len(name)-1]))
+	}
 	i += n
 	quals := [][]string{name, name[len(name)-1:]}
 	if i < len(toks) && toks[i] == (token{kind: tokIdent, val: "as"}) {
@@ -551,7 +569,7 @@ func ParseTemplate(stmt, table, column string) (*Template, error) {
 	if err := checkTail(toks[end:]); err != nil {
 		return nil, err
 	}
-	tp := &Template{SQL: stmt, toks: toks, param: -1, params: len(at), at: at}
+	tp := &Template{SQL: stmt, toks: toks, param: -1, params: len(at), at: at, table: qualified(name)}
 	inConjunct := 0 // parameters compared with a column in a conjunct
 	// Conjuncts at depth 0, split on AND.
 	start := i
@@ -677,6 +695,39 @@ func readName(toks []token) ([]string, int) {
 		}
 		return name, i
 	}
+}
+
+// quoteIdent quotes a folded name part unless it reads the same unquoted
+// (lower case letters, digits and _, not a keyword), for messages.
+func quoteIdent(s string) string {
+	_, kw := keywords[s]
+	plain := s != "" && !kw && (s[0] == '_' || s[0] >= 'a' && s[0] <= 'z')
+	for i := 0; plain && i < len(s); i++ {
+		c := s[i]
+		plain = c == '_' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+	}
+	if plain {
+		return s
+	}
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+// quoteName is name as SQL, each part quoted where needed, for messages.
+func quoteName(name []string) string {
+	parts := make([]string, len(name))
+	for i, p := range name {
+		parts[i] = quoteIdent(p)
+	}
+	return strings.Join(parts, ".")
+}
+
+// qualified is name as SQL, each part quoted.
+func qualified(name []string) string {
+	parts := make([]string, len(name))
+	for i, p := range name {
+		parts[i] = `"` + strings.ReplaceAll(p, `"`, `""`) + `"`
+	}
+	return strings.Join(parts, ".")
 }
 
 // splitName tokenizes a configured table or column name.

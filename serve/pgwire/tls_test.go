@@ -89,7 +89,7 @@ func TestClientTLS(t *testing.T) {
 		c.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert.cert}, MinVersion: tls.VersionTLS12}
 	})
 	ctx := context.Background()
-	q := "SELECT email, n FROM " + f.table + " WHERE email = $1"
+	q := "SELECT email, n FROM public." + f.table + " WHERE email = $1"
 
 	for _, mode := range []string{"require", "verify-full"} {
 		t.Run("pgx-"+mode, func(t *testing.T) {
@@ -151,7 +151,7 @@ for k in ("k4", "py-absent"):
 `
 		for _, mode := range []string{"require", "verify-full"} {
 			out, err := exec.Command(py, "-c", script, withSSL(f.front, mode, "sslrootcert="+cert.file),
-				"SELECT email, n FROM "+f.table+" WHERE email = %s").CombinedOutput()
+				"SELECT email, n FROM public."+f.table+" WHERE email = %s").CombinedOutput()
 			if err != nil {
 				t.Fatalf("psycopg2 sslmode=%s: %v\n%s", mode, err, out)
 			}

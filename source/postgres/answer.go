@@ -21,8 +21,11 @@ const (
 // text or varchar with a deterministic collation, and the statement
 // prepares with parameters all of such types (any valid text is then a
 // valid value: an absent key's answer is no row whatever the others are).
+// from is the relation the statement reads, schema-qualified: it must be
+// the set's table as table resolves on this connection (the one the set
+// follows), or the statement would answer for another table's rows.
 // It returns the database's name and the parameters' type OIDs.
-func CheckAnswer(ctx context.Context, pool *pgxpool.Pool, table, column, stmt string) (db string, paramOIDs []uint32, err error) {
+func CheckAnswer(ctx context.Context, pool *pgxpool.Pool, table, from, column, stmt string) (db string, paramOIDs []uint32, err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return "", nil, err
@@ -49,6 +52,16 @@ func CheckAnswer(ctx context.Context, pool *pgxpool.Pool, table, column, stmt st
 	sd, err := conn.Conn().Prepare(ctx, "", stmt)
 	if err != nil {
 		return "", nil, fmt.Errorf("prepare: %w", err)
+	}
+	var same bool
+	var setRel, fromRel string
+	err = conn.QueryRow(ctx, `SELECT $1::regclass = $2::regclass, $1::regclass::text, $2::regclass::text`,
+		table, from).Scan(&same, &setRel, &fromRel)
+	if err != nil {
+		return "", nil, fmt.Errorf("table %s: %w", from, err)
+	}
+	if !same {
+		return "", nil, fmt.Errorf("FROM %s is not the set's table %s (%s here): the statement must read the table the set follows", fromRel, table, setRel)
 	}
 	if len(sd.ParamOIDs) == 0 {
 		return "", nil, errors.New("the statement has no parameter")
