@@ -453,7 +453,7 @@ func (s *setDecl) apply(l confLine) error {
 		s.Fanout.KeyFile = l.value
 	case "answer":
 		if l.value == "" {
-			return l.errorf("want a statement such as \"SELECT id FROM users WHERE email = $1\"")
+			return l.errorf("want a statement such as \"SELECT id FROM public.users WHERE email = $1\"")
 		}
 		s.Answers = append(s.Answers, l.value)
 	default:

@@ -201,7 +201,7 @@ func TestParseFanoutTransports(t *testing.T) {
 // the check Start makes.
 func FuzzParseConfig(f *testing.F) {
 	f.Add(exampleConfig)
-	f.Add("set s {\n  postgres x\n  table t\n  column c\n  fanout memory\n  fanout-unsigned yes\n  answer \"SELECT 1 FROM t WHERE c = $1\"\n}\npostgres-listen 127.0.0.1:6432\npostgres-upstream a:1\n")
+	f.Add("set s {\n  postgres x\n  table t\n  column c\n  fanout memory\n  fanout-unsigned yes\n  answer \"SELECT 1 FROM public.t WHERE c = $1\"\n}\npostgres-listen 127.0.0.1:6432\npostgres-upstream a:1\n")
 	f.Add("set r {\n sqlite ./a.db\n kind expiring\n table r\n column k\n expires-column e\n max-ttl 1h\n capacity 10\n follow no\n}\n")
 	f.Fuzz(func(t *testing.T, conf string) {
 		c, err := ParseConfig(strings.NewReader(conf))

@@ -34,7 +34,7 @@ func TestParseTemplate(t *testing.T) {
 		"SELECT id FROM public.users WHERE email = $1 UNION SELECT 1":               `"UNION"`,
 		"SELECT id FROM public.users LEFT JOIN t ON true WHERE email = $1":          `"LEFT"`,
 		"SELECT id FROM public.users, t WHERE email = $1":                           "one table",
-		"SELECT id FROM orders WHERE email = $1":                             "not the set's table",
+		"SELECT id FROM orders WHERE email = $1":                                    "not the set's table",
 		"SELECT id FROM public.users WHERE name = $1":                               "conjunct email = $1",
 		"SELECT id FROM public.users WHERE email = $2":                              "$1 is missing",
 		"SELECT id FROM public.users WHERE email = $1 AND id = $3":                  "$2 is missing",
