@@ -84,7 +84,7 @@ func TestServeListensFirst(t *testing.T) {
 	proxy := newHeldProxy(t, fmt.Sprintf("%s:%d", pg.Host, pg.Port))
 	dsn := strings.Replace(pg.DSN, fmt.Sprintf("%s:%d", pg.Host, pg.Port), proxy.Addr(), 1)
 	conf, front, respAddr, httpAddr := writeFrontConf(t, pg, frontConfig{dsn: dsn, set: `connect-timeout 2m
-answer "SELECT email FROM users WHERE email = $1"`})
+answer "SELECT email FROM public.users WHERE email = $1"`})
 
 	// Not startServe: on a server that serves only after its checks, its
 	// "listening" line would never come while the database is held.
@@ -161,12 +161,12 @@ answer "SELECT email FROM users WHERE email = $1"`})
 		t.Helper()
 		for _, k := range present {
 			var got string
-			if err := fc.QueryRow(ctx, "SELECT email FROM users WHERE email = $1", k).Scan(&got); err != nil || got != k {
+			if err := fc.QueryRow(ctx, "SELECT email FROM public.users WHERE email = $1", k).Scan(&got); err != nil || got != k {
 				t.Errorf("front end %s: %s = %q, %v; want the row", when, k, got, err)
 			}
 		}
 		var got string
-		if err := fc.QueryRow(ctx, "SELECT email FROM users WHERE email = $1", absent[0]).Scan(&got); !errors.Is(err, pgx.ErrNoRows) {
+		if err := fc.QueryRow(ctx, "SELECT email FROM public.users WHERE email = $1", absent[0]).Scan(&got); !errors.Is(err, pgx.ErrNoRows) {
 			t.Errorf("front end %s: %s = %q, %v; want no rows", when, absent[0], got, err)
 		}
 	}

@@ -28,7 +28,7 @@ import (
 // absent, while a writer inserts rows; every "no row" is checked afterwards
 // against the commit times of the writer's rows.
 
-const usersAnswer = "SELECT id, email, name FROM users WHERE email = $1"
+const usersAnswer = "SELECT id, email, name FROM public.users WHERE email = $1"
 
 // usersFront is a private cluster with users(id, email, name) and a
 // server whose set follows it, with the front end in front.

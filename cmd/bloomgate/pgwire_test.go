@@ -42,7 +42,7 @@ type pgFront struct {
 	httpAddr string
 }
 
-const frontAnswer = "SELECT email, name FROM users WHERE email = $1"
+const frontAnswer = "SELECT email, name FROM public.users WHERE email = $1"
 
 // frontConfig is what a test's server with the PostgreSQL front end
 // differs in (see writeFrontConf).
@@ -92,8 +92,8 @@ func startPGFront(t testing.TB, extra string) *pgFront {
 	pg.SQL(t, "INSERT INTO users SELECT 'user' || i || '@example.com', 'name' || i FROM generate_series(0, 999) i")
 	conf, front, _, httpAddr := writeFrontConf(t, pg, frontConfig{top: extra, set: fmt.Sprintf(`max-lag 3s
 answer %q
-answer "SELECT 1 FROM users WHERE email = $1::text"
-answer "SELECT users.email AS users_email, users.name AS users_name FROM users WHERE users.email = $1"`, frontAnswer)})
+answer "SELECT 1 FROM public.users WHERE email = $1::text"
+answer "SELECT public.users.email AS public_users_email, public.users.name AS public_users_name FROM public.users WHERE public.users.email = $1"`, frontAnswer)})
 	srv := startServe(t, bin, "-config", conf)
 	waitReadyz(t, httpAddr, 60*time.Second)
 	return &pgFront{pg: pg, srv: srv, addr: front, httpAddr: httpAddr}
@@ -223,7 +223,7 @@ func TestPGFrontPgx(t *testing.T) {
 					t.Fatalf("present key: %+v", r)
 				}
 				same("absent", frontAnswer, fmt.Sprintf("absent%d-%s@example.com", i, mode))
-				same("absent, cast", "SELECT 1 FROM users WHERE email = $1::text", fmt.Sprintf("absent%d@example.com", i))
+				same("absent, cast", "SELECT 1 FROM public.users WHERE email = $1::text", fmt.Sprintf("absent%d@example.com", i))
 				same("quote", frontAnswer, fmt.Sprintf("o'brien%d\\x@example.com", i))
 			}
 			if mode != pgx.QueryExecModeExec && mode != pgx.QueryExecModeDescribeExec {
@@ -500,18 +500,18 @@ func TestPGFrontClients(t *testing.T) {
 		if _, err := exec.LookPath("psql"); err != nil {
 			testsvc.Unavailable(t, "psql: %v", err)
 		}
-		script := `SELECT email, name FROM users WHERE email = 'user5@example.com';
-SELECT email, name FROM users WHERE email = 'nobody@example.com';
-SELECT email, name FROM users WHERE email = E'no\\body@example.com';
-PREPARE q(text) AS SELECT email, name FROM users WHERE email = $1;
+		script := `SELECT email, name FROM public.users WHERE email = 'user5@example.com';
+SELECT email, name FROM public.users WHERE email = 'nobody@example.com';
+SELECT email, name FROM public.users WHERE email = E'no\\body@example.com';
+PREPARE q(text) AS SELECT email, name FROM public.users WHERE email = $1;
 EXECUTE q('nobody@example.com');
 BEGIN;
 INSERT INTO users VALUES ('psql-own-' || :'who' || '@example.com', 'own');
 SELECT email FROM users WHERE email = 'psql-own-' || :'who' || '@example.com';
 COMMIT;
-SELECT email, name FROM users WHERE email = 'nobody2@example.com';
+SELECT email, name FROM public.users WHERE email = 'nobody2@example.com';
 SELEC 1;
-SELECT email, name FROM users WHERE email = 'nobody3@example.com';
+SELECT email, name FROM public.users WHERE email = 'nobody3@example.com';
 `
 		// psql -f sends each statement as a simple query.
 		file := filepath.Join(t.TempDir(), "q.sql")
@@ -586,7 +586,8 @@ func TestPGFrontConfigErrors(t *testing.T) {
 	testsvc.Short(t, "starts a PostgreSQL cluster")
 	bin := buildBinary(t)
 	pg := newFollowedDB(t)
-	pg.SQL(t, "CREATE TABLE nums (id int PRIMARY KEY)", "CREATE PUBLICATION bg_nums FOR TABLE nums")
+	pg.SQL(t, "CREATE TABLE nums (id int PRIMARY KEY)", "CREATE PUBLICATION bg_nums FOR TABLE nums",
+		"CREATE SCHEMA other", "CREATE TABLE other.users (email text PRIMARY KEY, name text)")
 	set := func(table, column, answer string) string {
 		return fmt.Sprintf("set %s {\n  postgres %s\n  table %s\n  column %s\n  slot bg_%s\n  publication bg_%s\n  answer %q\n}\n",
 			table, pg.DSN, table, column, table, table, answer)
@@ -598,8 +599,15 @@ func TestPGFrontConfigErrors(t *testing.T) {
 		`set "users"`, "function call lower(…)")
 	runServeFail(t, bin, front+set("users", "email", "SELECT email FROM users WHERE email = $1 OR true"), 10*time.Second,
 		`set "users"`, `"OR" is not allowed`)
-	runServeFail(t, bin, front+set("nums", "id", "SELECT id FROM nums WHERE id = $1"), 30*time.Second,
-		`set "nums": answer "SELECT id FROM nums WHERE id = $1": column nums.id is not text or varchar`)
+	runServeFail(t, bin, front+set("nums", "id", "SELECT id FROM public.nums WHERE id = $1"), 30*time.Second,
+		`set "nums": answer "SELECT id FROM public.nums WHERE id = $1": column nums.id is not text or varchar`)
+	// A table named without its schema means what each session's
+	// search_path makes it; another schema's table of the same name is not
+	// the table the set follows.
+	runServeFail(t, bin, front+set("users", "email", "SELECT email FROM users WHERE email = $1"), 10*time.Second,
+		`set "users": answer "SELECT email FROM users WHERE email = $1": FROM users: name the table with its schema (FROM public.users)`)
+	runServeFail(t, bin, front+set("users", "email", "SELECT email FROM other.users WHERE email = $1"), 30*time.Second,
+		`set "users": answer "SELECT email FROM other.users WHERE email = $1": FROM other.users is not the set's table users (public.users)`)
 	runServeFail(t, bin, set("users", "email", frontAnswer), 10*time.Second, `set "users": answer: give postgres-listen`)
 	runServeFail(t, bin, fmt.Sprintf("postgres-listen %s\n", freeAddr(t)), 10*time.Second, "postgres-listen: give postgres-upstream")
 }

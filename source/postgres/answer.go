@@ -55,13 +55,14 @@ func CheckAnswer(ctx context.Context, pool *pgxpool.Pool, table, from, column, s
 	}
 	var same bool
 	var setRel, fromRel string
-	err = conn.QueryRow(ctx, `SELECT $1::regclass = $2::regclass, $1::regclass::text, $2::regclass::text`,
-		table, from).Scan(&same, &setRel, &fromRel)
+	err = conn.QueryRow(ctx, `SELECT a.oid = b.oid, format('%I.%I', an.nspname, a.relname), format('%I.%I', bn.nspname, b.relname)
+		FROM pg_class a JOIN pg_namespace an ON an.oid = a.relnamespace, pg_class b JOIN pg_namespace bn ON bn.oid = b.relnamespace
+		WHERE a.oid = $1::regclass AND b.oid = $2::regclass`, table, from).Scan(&same, &setRel, &fromRel)
 	if err != nil {
 		return "", nil, fmt.Errorf("table %s: %w", from, err)
 	}
 	if !same {
-		return "", nil, fmt.Errorf("FROM %s is not the set's table %s (%s here): the statement must read the table the set follows", fromRel, table, setRel)
+		return "", nil, fmt.Errorf("FROM %s is not the set's table %s (%s): the statement must read the table the set follows", fromRel, table, setRel)
 	}
 	if len(sd.ParamOIDs) == 0 {
 		return "", nil, errors.New("the statement has no parameter")

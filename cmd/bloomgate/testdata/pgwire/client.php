@@ -10,7 +10,7 @@ $writer = new PDO($dsn, $user, null, $opts);
 
 function find_user(PDO $db, string $email): array
 {
-    $st = $db->prepare('SELECT email, name FROM users WHERE email = ?');
+    $st = $db->prepare('SELECT email, name FROM public.users WHERE email = ?');
     $st->execute([$email]);
     $cols = [];
     for ($i = 0; $i < $st->columnCount(); $i++) {

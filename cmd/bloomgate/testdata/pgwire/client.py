@@ -13,7 +13,7 @@ writer.autocommit = True
 
 
 def find_user(cur, email):
-    cur.execute("SELECT email, name FROM users WHERE email = %s", (email,))
+    cur.execute("SELECT email, name FROM public.users WHERE email = %s", (email,))
     return cur.description and [d.name for d in cur.description], cur.fetchall()
 
 

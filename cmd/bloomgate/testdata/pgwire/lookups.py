@@ -23,7 +23,7 @@ writer_start_ns = int(writer_start_ns)
 rng = random.Random(seed)
 dsns = {"front": front_dsn, "direct": direct_dsn}
 conns = {}
-STMT = "SELECT id, email, name FROM users WHERE email = %s"
+STMT = "SELECT id, email, name FROM public.users WHERE email = %s"
 
 
 def cursor(via):

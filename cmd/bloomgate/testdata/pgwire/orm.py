@@ -14,6 +14,7 @@ Base = declarative_base()
 
 class User(Base):
     __tablename__ = "users"
+    __table_args__ = {"schema": "public"}
     email = Column(Text, primary_key=True)
     name = Column(Text)
 

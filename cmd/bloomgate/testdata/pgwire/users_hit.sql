@@ -2,4 +2,4 @@
 -- n counts the client's lookups (users_race.sql uses it as a clock).
 \set n :n + 1
 \set k random(0, :rows - 1)
-SELECT id, email, name FROM users WHERE email = 'user:k@example.com';
+SELECT id, email, name FROM public.users WHERE email = 'user:k@example.com';

@@ -6,4 +6,4 @@
 -- keys from further back, more of them committed.
 \set n :n + 1
 \set j greatest(:base + :n * :clients * :wrate / :rate + random(-20, 20), 0)
-SELECT id, email, name FROM users WHERE email = 'new-:j@example.com';
+SELECT id, email, name FROM public.users WHERE email = 'new-:j@example.com';
