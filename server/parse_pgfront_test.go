@@ -41,7 +41,7 @@ func TestParsePostgresFrontErrors(t *testing.T) {
 		set("postgres postgres://a@b/c\ntable users\ncolumn email\nfollow no\nanswer \"SELECT id FROM public.users WHERE email = $1\""): "answer: the PostgreSQL front end answers only from a set that follows",
 		// An unqualified table means what each session's search_path makes it.
 		set("postgres postgres://a@b/c\ntable users\ncolumn email\nanswer \"SELECT id, email, name FROM users WHERE email = $1\""): `line 3: set "users": answer "SELECT id, email, name FROM users WHERE email = $1": FROM users: name the table with its schema (FROM public.users): an unqualified name means what each session's search_path makes it`,
-		set("postgres postgres://a@b/c\ntable users\ncolumn email\nanswer \"SELECT 1 FROM pg_temp.users WHERE email = $1\""):   `FROM pg_temp.users: name the table with its schema (FROM public.users)`,
+		set("postgres postgres://a@b/c\ntable users\ncolumn email\nanswer \"SELECT 1 FROM pg_temp.users WHERE email = $1\""):       `FROM pg_temp.users: name the table with its schema (FROM public.users)`,
 		set("postgres postgres://a@b/c\ntable users\ncolumn email\nanswer"):                                                        "want a statement",
 		"postgres-upstream localhost\n":                        "postgres-upstream: want the PostgreSQL server's host:port",
 		"postgres-upstream postgres://db/?sslmode=sometimes\n": "line 1: postgres-upstream: want the PostgreSQL server's host:port or a postgres:// URL: pgwire: upstream: cannot parse `postgres://db/?sslmode=sometimes`: failed to configure TLS (sslmode is invalid)",
