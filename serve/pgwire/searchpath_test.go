@@ -17,11 +17,7 @@ import (
 func TestSearchPathChangedOutOfSight(t *testing.T) {
 	f := newFrontEnd(t)
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, f.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
+	admin := f.direct(t)
 	shadow := "shadow_" + f.table
 	for _, q := range []string{"CREATE SCHEMA " + shadow, "CREATE TABLE " + shadow + "." + f.table + " (email text, n int)",
 		"INSERT INTO " + shadow + "." + f.table + " VALUES ('shadow-key', 1)"} {
@@ -99,11 +95,7 @@ func TestTempTableShadows(t *testing.T) {
 func TestUserSchemaShadows(t *testing.T) {
 	f := newFrontEnd(t)
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, f.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
+	admin := f.direct(t)
 	role := "app_" + f.table
 	for _, q := range []string{
 		"CREATE ROLE " + role + " LOGIN PASSWORD 'app'",

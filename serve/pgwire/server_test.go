@@ -80,6 +80,17 @@ type frontEnd struct {
 	table string
 }
 
+// direct opens a connection straight to PostgreSQL, closed at the test's end.
+func (f *frontEnd) direct(t testing.TB) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(context.Background(), f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
 // newFrontEnd serves a front end over the shared PostgreSQL with one set
 // over a table of this test's; each tweak may change the Config first.
 func newFrontEnd(t testing.TB, tweaks ...func(*Config)) *frontEnd {
@@ -459,11 +470,7 @@ func TestShapeChangedBehindFrontEnd(t *testing.T) {
 	if oid := nType("absent-2", 0); oid != 23 || local() != 1 {
 		t.Fatalf("answered %v locally, n described as type %d; want 1, int4 (23)", local(), oid)
 	}
-	admin, err := pgx.Connect(ctx, f.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
+	admin := f.direct(t)
 	if _, err := admin.Exec(ctx, "ALTER TABLE "+f.table+" ALTER COLUMN n TYPE bigint"); err != nil {
 		t.Fatal(err)
 	}
