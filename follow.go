@@ -751,7 +751,7 @@ func (fl *follower) watch(ctx context.Context) {
 
 // relayedStartTick is how often watch marks a relayed head until the gate
 // is first fresh.
-const relayedStartTick = 10 * time.Millisecond
+const relayedStartTick = 5 * time.Millisecond
 
 // idleSnapshotAfter is how long a stream must have delivered nothing before
 // snapshotIdle takes the snapshot applying would have taken.

@@ -631,9 +631,23 @@ type Stats struct {
 	Filter filter.Stats
 }
 
-// Stats returns the gate's counters. It reads the whole filter (O(size)).
+// Stats returns the gate's counters and the serving filter's description.
+// It reads the whole filter (O(size)); Counters does not.
 func (g *Gate) Stats() Stats {
 	v := g.view.Load()
+	s := g.counters(v)
+	if v.f != nil {
+		s.Filter = v.f.Stats()
+	}
+	return s
+}
+
+// Counters returns Stats without Filter (left zero), in constant time: for
+// readiness probes and status lines polled often, which a pass over a large
+// filter would make cost milliseconds each.
+func (g *Gate) Counters() Stats { return g.counters(g.view.Load()) }
+
+func (g *Gate) counters(v *view) Stats {
 	s := Stats{State: v.state, Reason: v.reason, ConfiguredFPRate: g.cfg.FPRate}
 	s.Lookups, s.Absent = g.m.lookups.sum()
 	s.FailOpen = g.m.failOpenTotal()
@@ -655,9 +669,6 @@ func (g *Gate) Stats() Stats {
 	s.UnappliedRemoves = g.unapplied
 	s.JournalAdds = g.journal.n
 	g.mu.Unlock()
-	if v.f != nil {
-		s.Filter = v.f.Stats()
-	}
 	return s
 }
 

@@ -117,6 +117,35 @@ func TestFailOpenUntilWarm(t *testing.T) {
 	}
 }
 
+// TestCountersAreStatsWithoutFilter: Counters gives every field Stats
+// does but the filter's description, before and after a warm-up.
+func TestCountersAreStatsWithoutFilter(t *testing.T) {
+	g := newGate(t, bloomgate.Config{Source: memfeed.NewSource(keys("user", 1000)...)})
+	check := func(when string) {
+		t.Helper()
+		s, c := g.Stats(), g.Counters()
+		if c.Filter != (filter.Stats{}) {
+			t.Errorf("%s: Counters().Filter = %+v, want zero", when, c.Filter)
+		}
+		s.Filter = filter.Stats{}
+		if s != c {
+			t.Errorf("%s: Counters() = %+v, want Stats() without Filter, %+v", when, c, s)
+		}
+	}
+	g.MayContainString("nobody@example.com") // a fail-open lookup
+	check("warming")
+	if err := g.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys("nobody", 100) {
+		g.MayContainString(k)
+	}
+	check("ready")
+	if g.Counters().Builds != 1 || g.Stats().Filter.Items != 1000 {
+		t.Fatalf("Counters %+v, Stats().Filter %+v", g.Counters(), g.Stats().Filter)
+	}
+}
+
 func TestFailedWarmFailsOpen(t *testing.T) {
 	src := memfeed.NewSource(keys("user", 5000)...)
 	src.FailAt(2500)

@@ -2,7 +2,9 @@
 # Memory of a durable `bloomgate serve` holding one 10 M-item 1 % Bloom
 # filter: BF.RESERVE big 0.01 10000000, 10 M BF.ADDs of random items
 # (redis-benchmark -P 64 -c 4), then the process's resident set (VmRSS) and
-# peak (VmHWM), the filter's bytes (BF.INFO Size) and how long the adds took;
+# peak (VmHWM), split into anonymous memory (RssAnon: the heap, the stacks)
+# and file pages (RssFile: the binary's pages, shared through the page
+# cache), the filter's bytes (BF.INFO Size) and how long the adds took;
 # then the resident set of a private redis-server holding one string of the
 # filter's size, for comparison.
 #
@@ -56,9 +58,11 @@ secs=$(fill "$PORT")
 size=$(redis-cli -p "$PORT" BF.INFO big SIZE | tail -1)
 rss=$(awk '/VmRSS/{print $2}' /proc/$PID/status)
 hwm=$(awk '/VmHWM/{print $2}' /proc/$PID/status)
-awk -v s="$size" -v r="$rss" -v h="$hwm" -v t="$secs" 'BEGIN{
-	printf "filter %.1f MB, RSS %.1f MB (%.2fx the filter), peak %.1f MB, adds took %s s\n",
-		s/1e6, r*1024/1e6, r*1024/s, h*1024/1e6, t }'
+anon=$(awk '/RssAnon/{print $2}' /proc/$PID/status)
+file=$(awk '/RssFile/{print $2}' /proc/$PID/status)
+awk -v s="$size" -v r="$rss" -v h="$hwm" -v t="$secs" -v a="$anon" -v f="$file" 'BEGIN{
+	printf "filter %.1f MB, RSS %.1f MB (%.2fx the filter; anonymous %.1f MB, file %.1f MB), peak %.1f MB, adds took %s s\n",
+		s/1e6, r*1024/1e6, r*1024/s, a*1024/1e6, f*1024/1e6, h*1024/1e6, t }'
 
 # The anchor: a private redis-server holding one string of the filter's
 # size (SETRANGE, no persistence).
@@ -96,8 +100,10 @@ rsecs=$(fill "$RBP")
 rsize=$(redis-cli -p "$RBP" BF.INFO big SIZE | tail -1)
 rrss=$(awk '/VmRSS/{print $2}' /proc/$RB_PID/status)
 rhwm=$(awk '/VmHWM/{print $2}' /proc/$RB_PID/status)
-awk -v s="$rsize" -v r="$rrss" -v h="$rhwm" -v i="$idle" -v t="$rsecs" 'BEGIN{
-	printf "RedisBloom: filter %.1f MB, RSS %.1f MB (%.2fx the filter), peak %.1f MB, adds took %s s; idle redis-server %.1f MB\n",
-		s/1e6, r*1024/1e6, r*1024/s, h*1024/1e6, t, i*1024/1e6 }'
-awk -v s="$size" -v r="$rss" -v h="$hwm" -v rs="$rsize" -v rr="$rrss" -v rh="$rhwm" 'BEGIN{
-	printf "bloomgate / RedisBloom: filter %.2f, RSS %.2f, peak %.2f\n", s/rs, r/rr, h/rh }'
+ranon=$(awk '/RssAnon/{print $2}' /proc/$RB_PID/status)
+rfile=$(awk '/RssFile/{print $2}' /proc/$RB_PID/status)
+awk -v s="$rsize" -v r="$rrss" -v h="$rhwm" -v i="$idle" -v t="$rsecs" -v a="$ranon" -v f="$rfile" 'BEGIN{
+	printf "RedisBloom: filter %.1f MB, RSS %.1f MB (%.2fx the filter; anonymous %.1f MB, file %.1f MB), peak %.1f MB, adds took %s s; idle redis-server %.1f MB\n",
+		s/1e6, r*1024/1e6, r*1024/s, a*1024/1e6, f*1024/1e6, h*1024/1e6, t, i*1024/1e6 }'
+awk -v s="$size" -v r="$rss" -v h="$hwm" -v rs="$rsize" -v rr="$rrss" -v rh="$rhwm" -v a="$anon" -v ra="$ranon" 'BEGIN{
+	printf "bloomgate / RedisBloom: filter %.2f, RSS %.2f, anonymous %.2f, peak %.2f\n", s/rs, r/rr, a/ra, h/rh }'

@@ -39,7 +39,7 @@ type FeederConfig struct {
 	// Instance.HeadAge), so it becomes ready one to two intervals after
 	// that look at the earliest: the interval bounds how fast instances
 	// join. Each interval costs one query on the database and one write to
-	// the store. Default: 50 ms.
+	// the store. Default: 25 ms.
 	HeartbeatInterval time.Duration
 	// MaxBatch bounds the transactions per message. Default: 256.
 	MaxBatch int
@@ -50,7 +50,7 @@ type FeederConfig struct {
 
 // Defaults of FeederConfig's fields.
 const (
-	DefaultHeartbeatInterval = 50 * time.Millisecond
+	DefaultHeartbeatInterval = 25 * time.Millisecond
 	DefaultMaxBatch          = 256
 	DefaultPublishTimeout    = 5 * time.Second
 )

@@ -356,7 +356,7 @@ func (t *Set) Mode() Mode {
 // Status reports the set's mode, role, state, position and lag. It reads
 // the gate's counters (O(filter size)); call it for probes, not per lookup.
 func (t *Set) Status() SetStatus {
-	st := t.gate.Stats()
+	st := t.gate.Counters() // not Stats: /readyz is polled, the filter may be large
 	s := SetStatus{Mode: t.Mode(), State: st.State, Reason: st.Reason, Ready: t.gate.Ready(), Generation: st.Generation}
 	if t.cfg.Keeper != nil {
 		s.Role = t.cfg.Keeper.Role()

@@ -229,6 +229,15 @@ func timeToReady(b testing.TB, bin, httpAddr string, args ...string) startStages
 	srv.cmd.Process.Signal(syscall.SIGTERM)
 	srv.wait()
 	log := srv.stderr.String()
+	if dir := os.Getenv("BLOOMGATE_BENCH_LOGS"); dir != "" {
+		// Each start's log, for reading the stages' log lines.
+		f, err := os.CreateTemp(dir, "start-*.log")
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.WriteString(log)
+		f.Close()
+	}
 	var ok bool
 	if st.connect, ok = logSeconds(connectedLog, log); !ok {
 		b.Fatalf("no \"sets connected\" line in the log:\n%s", log)
@@ -275,7 +284,42 @@ func BenchmarkServeRestart(b *testing.B) {
 // JetStream: it loads the feeder's newest snapshot from the object store
 // and replays the stream after it.
 func BenchmarkServeJoin(b *testing.B) {
-	bin := buildBinary(b)
+	bin, instConf := fanoutBench(b)
+	b.ResetTimer()
+	var total startStages
+	for range b.N {
+		h := freeAddr(b)
+		total.add(timeToReady(b, bin, h, "-config", instConf, "-resp", freeAddr(b), "-http", h, "-data", ""))
+	}
+	total.report(b, b.N)
+}
+
+// BenchmarkServeInstanceRestart: exec to /readyz 200 of an instance-only
+// process restarting from the snapshot in its data directory (written
+// when it last stopped) on a set of BLOOMGATE_BENCH_KEYS keys fanned out
+// over a private single-node JetStream: it loads the local snapshot and
+// replays the stream after it.
+func BenchmarkServeInstanceRestart(b *testing.B) {
+	bin, instConf := fanoutBench(b)
+	data := filepath.Join(b.TempDir(), "instance")
+	h := freeAddr(b)
+	args := []string{"-config", instConf, "-resp", freeAddr(b), "-http", h, "-data", data}
+	first := timeToReady(b, bin, h, args...) // joins, and leaves its snapshot
+	b.Logf("first start (a join from the object store): %v", first.ready.Round(time.Millisecond))
+	b.ResetTimer()
+	var total startStages
+	for range b.N {
+		total.add(timeToReady(b, bin, h, args...))
+	}
+	total.report(b, b.N)
+}
+
+// fanoutBench fills a table of BLOOMGATE_BENCH_KEYS keys, starts a private
+// single-node JetStream and a feeder process fanning the table's set out
+// over it, waits for the feeder's first snapshot in the object store, and
+// returns the binary and an instance-only config of the set.
+func fanoutBench(b *testing.B) (bin, instConf string) {
+	bin = buildBinary(b)
 	pg := newFollowedDB(b)
 	bigTable(b, pg.DSN, benchKeys(b))
 	natsBin := testsvc.Binary(b, "nats-server")
@@ -285,7 +329,7 @@ func BenchmarkServeJoin(b *testing.B) {
 	if err := nats.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer func() { nats.Process.Kill(); nats.Wait() }()
+	b.Cleanup(func() { nats.Process.Kill(); nats.Wait() })
 	time.Sleep(time.Second)
 	dir := b.TempDir()
 	block := func(withDB bool) string {
@@ -298,18 +342,12 @@ func BenchmarkServeJoin(b *testing.B) {
 	}
 	feederConf := filepath.Join(dir, "feeder.conf")
 	os.WriteFile(feederConf, []byte(block(true)), 0o644)
-	instConf := filepath.Join(dir, "instance.conf")
+	instConf = filepath.Join(dir, "instance.conf")
 	os.WriteFile(instConf, []byte(block(false)), 0o644)
 	fHTTP := freeAddr(b)
 	feeder := startServe(b, bin, "-config", feederConf, "-resp", freeAddr(b), "-http", fHTTP, "-data", filepath.Join(dir, "feeder"))
 	waitReadyz(b, fHTTP, 5*time.Minute)
 	testsvc.Eventually(b, 30*time.Second, func() bool { return strings.Contains(feeder.stderr.String(), "snapshot") }, "no snapshot")
 	time.Sleep(3 * time.Second) // the feeder's first snapshot upload
-	b.ResetTimer()
-	var total startStages
-	for range b.N {
-		h := freeAddr(b)
-		total.add(timeToReady(b, bin, h, "-config", instConf, "-resp", freeAddr(b), "-http", h, "-data", ""))
-	}
-	total.report(b, b.N)
+	return bin, instConf
 }
