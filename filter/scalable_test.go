@@ -639,3 +639,37 @@ func TestScalableAddAbsentHashesMatchesAdd(t *testing.T) {
 		}
 	}
 }
+
+// TestBytesIsStatsBytes: Bytes, which reads no table, reports what Stats
+// does, for the growing families, before and after they grow (serve counts
+// a key's memory with Bytes).
+func TestBytesIsStatsBytes(t *testing.T) {
+	s, err := filter.NewScalable(filter.ScalableConfig{InitialCapacity: 100, FPRate: 0.01})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := filter.NewCuckoo(filter.CuckooConfig{Capacity: 100, FPRate: 0.01, MaxFilters: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 1000} {
+		for i := range n {
+			key := []byte(fmt.Sprint("key", i))
+			if err := s.Add(key); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Add(key); err != nil && !errors.Is(err, filter.ErrFull) {
+				t.Fatal(err)
+			}
+		}
+		if b, st := s.Bytes(), s.Stats().Bytes; b != st || b == 0 {
+			t.Errorf("after %d adds: Scalable.Bytes() = %d, Stats().Bytes = %d", n, b, st)
+		}
+		if b, st := c.Bytes(), c.Stats().Bytes; b != st || b == 0 {
+			t.Errorf("after %d adds: Cuckoo.Bytes() = %d, Stats().Bytes = %d", n, b, st)
+		}
+	}
+	if s.Filters() < 2 || len(c.FingerprintBits()) < 2 {
+		t.Fatalf("did not grow: %d and %d sub-filters", s.Filters(), len(c.FingerprintBits()))
+	}
+}

@@ -121,7 +121,7 @@ func decodeBloomKey(rd io.Reader, cfg filter.DecodeConfig, spec Spec, _ func() t
 func (k *bloomKey) kind() Kind                       { return KindBloom }
 func (k *bloomKey) spec() Spec                       { return k.p }
 func (k *bloomKey) subFilters() int                  { return k.f.Filters() }
-func (k *bloomKey) sizeBytes() int64                 { return int64(k.f.Stats().Bytes) }
+func (k *bloomKey) sizeBytes() int64                 { return int64(k.f.Bytes()) } // not Stats: O(1)
 func (k *bloomKey) writeFilter(w io.Writer) error    { _, err := k.f.WriteTo(w); return err }
 func (k *bloomKey) counters() (card, deletes uint64) { return k.card.Load(), k.deletes }
 func (k *bloomKey) expire() int                      { return 0 }

@@ -138,7 +138,7 @@ func decodeCuckooKey(rd io.Reader, cfg filter.DecodeConfig, spec Spec, _ func() 
 func (k *cuckooKey) kind() Kind                       { return KindCuckoo }
 func (k *cuckooKey) spec() Spec                       { return k.p }
 func (k *cuckooKey) subFilters() int                  { return len(k.f.FingerprintBits()) }
-func (k *cuckooKey) sizeBytes() int64                 { return int64(k.f.Stats().Bytes) }
+func (k *cuckooKey) sizeBytes() int64                 { return int64(k.f.Bytes()) } // not Stats: O(1)
 func (k *cuckooKey) writeFilter(w io.Writer) error    { _, err := k.f.WriteTo(w); return err }
 func (k *cuckooKey) counters() (card, deletes uint64) { return k.card.Load(), k.deletes.Load() }
 func (k *cuckooKey) expire() int                      { return 0 }

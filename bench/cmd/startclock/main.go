@@ -53,13 +53,22 @@ type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
 
+// probeEvery is the time between two probes.
+const probeEvery = 200 * time.Microsecond
+
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // start execs args and returns the time until BF.EXISTS key answers.
 func start(addr, key string, timeout time.Duration, args []string) (time.Duration, error) {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond,
-		ReadTimeout: time.Second, PoolSize: 1, Protocol: 2, DisableIdentity: true})
-	defer c.Close()
+	client := func() *redis.Client {
+		// The client's own dial retries wait 100 ms apart by default: at
+		// the probes' pace instead, or every start is counted in 100 ms steps.
+		return redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond,
+			DialerRetries: 1, DialerRetryBackoff: func(int) time.Duration { return probeEvery },
+			ReadTimeout: time.Second, PoolSize: 1, Protocol: 2, DisableIdentity: true})
+	}
+	c := client()
+	defer func() { c.Close() }()
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = nil, nil
 	t0 := time.Now()
@@ -91,7 +100,14 @@ func start(addr, key string, timeout time.Duration, args []string) (time.Duratio
 			d := time.Since(t0)
 			return d, stop()
 		}
-		time.Sleep(200 * time.Microsecond)
+		if _, reply := errors.AsType[redis.Error](last); !reply {
+			// Not the server's answer (a refused dial): a new client dials
+			// at the next probe. The pool would instead hand back its last
+			// dial error for a while, and quantise every start to that.
+			c.Close()
+			c = client()
+		}
+		time.Sleep(probeEvery)
 	}
 	stop()
 	return 0, fmt.Errorf("no answer within %v: %v", timeout, last)
