@@ -193,16 +193,28 @@ func (f *Bloom) Stats() Stats {
 	var set uint64
 	var fp, distinct float64
 	k := float64(f.k)
+	// Each block's terms depend only on its count of set bits (0–512):
+	// for a large table they are looked up, not computed per block. The
+	// table holds the very values the loop would compute, so the sums
+	// come out the same, bit for bit.
+	var terms *blockTerms
+	if f.blocks >= blockTermsFrom {
+		terms = newBlockTerms(k)
+	}
 	for i := 0; i < len(f.words); i += blockWords {
 		c := 0
 		for j := range blockWords {
 			c += bits.OnesCount64(atomic.LoadUint64(&f.words[i+j]))
 		}
 		set += uint64(c)
-		x := float64(c) / blockBits
-		fp += math.Pow(x, k)
-		// Swamidass–Baldi per block, capped when the block is saturated.
-		distinct += -blockBits / k * math.Log1p(-min(float64(c), blockBits-1)/blockBits)
+		if terms != nil {
+			fp += terms.fp[c]
+			distinct += terms.distinct[c]
+			continue
+		}
+		fpTerm, distinctTerm := blockTerm(c, k)
+		fp += fpTerm
+		distinct += distinctTerm
 	}
 	bitsTotal := f.blocks * blockBits
 	return Stats{
@@ -217,6 +229,29 @@ func (f *Bloom) Stats() Stats {
 		FillRatio:         float64(set) / float64(bitsTotal),
 		EstimatedFPRate:   fp / float64(f.blocks),
 	}
+}
+
+// blockTerm is a block's share of Stats' sums for c bits set: its
+// false-positive rate and its distinct-key estimate (Swamidass–Baldi,
+// capped when the block is saturated).
+func blockTerm(c int, k float64) (fp, distinct float64) {
+	x := float64(c) / blockBits
+	return math.Pow(x, k), -blockBits / k * math.Log1p(-min(float64(c), blockBits-1)/blockBits)
+}
+
+// blockTermsFrom is the table size from which Stats looks its terms up:
+// filling the table costs about what 2 × 513 blocks' terms do.
+const blockTermsFrom = 4096
+
+// blockTerms holds blockTerm for every count of set bits.
+type blockTerms struct{ fp, distinct [blockBits + 1]float64 }
+
+func newBlockTerms(k float64) *blockTerms {
+	t := new(blockTerms)
+	for c := range t.fp {
+		t.fp[c], t.distinct[c] = blockTerm(c, k)
+	}
+	return t
 }
 
 // bloomParamsLen is the size of the Bloom parameter block in the format:
