@@ -354,9 +354,10 @@ func (t *Set) Mode() Mode {
 }
 
 // Status reports the set's mode, role, state, position and lag. It reads
-// the gate's counters (O(filter size)); call it for probes, not per lookup.
+// the gate's counters, not its filter (Gate.Counters): /readyz is polled,
+// and a pass over a large filter takes milliseconds.
 func (t *Set) Status() SetStatus {
-	st := t.gate.Counters() // not Stats: /readyz is polled, the filter may be large
+	st := t.gate.Counters()
 	s := SetStatus{Mode: t.Mode(), State: st.State, Reason: st.Reason, Ready: t.gate.Ready(), Generation: st.Generation}
 	if t.cfg.Keeper != nil {
 		s.Role = t.cfg.Keeper.Role()
