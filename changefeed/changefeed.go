@@ -68,6 +68,15 @@ var ErrTimeout = errors.New("changefeed: no answer from the source in time")
 // ErrBadPosition reports text that is not a Position.
 var ErrBadPosition = errors.New("changefeed: bad position")
 
+// ErrTableChanged reports that a source table's definition changed in a
+// way its feed does not carry: its name now means another relation, its
+// key column's type or collation changed, its rows were rewritten (ALTER
+// … TYPE … USING, VACUUM FULL, CLUSTER, TRUNCATE), it gained or lost
+// child tables or partitions, or an = operator outside pg_catalog may now
+// compare its keys. What a set built from the old definition says about a
+// key can then be wrong.
+var ErrTableChanged = errors.New("changefeed: the table's definition changed")
+
 // ParsePosition parses a decimal integer, the form Position.String writes:
 // 1 to 20 ASCII digits, no sign, at most 2^64-1.
 func ParsePosition(s string) (Position, error) {

@@ -49,6 +49,15 @@ func answerStatements(ctx context.Context, cfg *Config, store *serve.Store) ([]p
 		closers = append(closers, func() { positions.Close() })
 		read := positions.Read
 		table, column := d.Source.Table, d.Source.Column
+		// Every read also checks that the table is still what the set was
+		// built from: a rename, a rewrite, a new child or partition, a key
+		// column's new type or collation reach no change feed.
+		cctx, cancel = context.WithTimeout(ctx, timeout)
+		err = positions.Watch(cctx, table, column)
+		cancel()
+		if err != nil {
+			return nil, closers, fmt.Errorf("set %q: answer: %w", d.Name, err)
+		}
 		for _, sql := range d.Answers {
 			tmpl, err := pgwire.ParseTemplate(sql, table, column)
 			if err != nil {

@@ -136,6 +136,7 @@ const (
 	ReasonPresent       = "present"        // the filter says the key may be present
 	ReasonLag           = "lag"            // the set did not reach the insert position within PositionWait
 	ReasonPositionError = "position_error" // reading the insert position failed
+	ReasonTableChanged  = "table_changed"  // the set's table was redefined since start (changefeed.ErrTableChanged)
 	ReasonTransaction   = "transaction"    // the session is in a transaction block
 	ReasonNotLearned    = "not_learned"    // the statement's result shape is not known yet (learned from its first forward)
 	ReasonSession       = "session"        // the session's settings (search_path, role, encoding) rule it out
@@ -152,6 +153,7 @@ type stmtRuntime struct {
 	tmpl    *Template
 	label   string // the statement's number within its set, for metrics
 	reader  *positionReader
+	changed sync.Once // logs the table's change
 	local   prometheus.Counter
 	fwd     *prometheus.CounterVec // by reason
 	latency prometheus.Observer    // forwarded round trips
@@ -581,6 +583,13 @@ func (s *Server) decide(ctx context.Context, st *stmtRuntime, key []byte, wait *
 		return ReasonPresent
 	}
 	pos, err := st.reader.after(ctx, s.cfg.PositionTimeout, wait)
+	if errors.Is(err, changefeed.ErrTableChanged) {
+		st.changed.Do(func() {
+			s.log.Error("pgwire: the set's table was redefined: its answer statements are relayed from now on; restart bloomgate serve, and rebuild the set if the table's rows were rewritten",
+				"set", st.SetName, "err", err)
+		})
+		return ReasonTableChanged
+	}
 	if err != nil {
 		return ReasonPositionError
 	}

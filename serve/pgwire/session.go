@@ -146,6 +146,7 @@ type stmtInfo struct {
 	oids     []uint32
 	tmpl     int  // index in srv.table(), -1 when not a configured statement
 	upstream bool // the upstream has it prepared with this text
+	dropped  bool // kept after a DEALLOCATE or DISCARD: never matched again
 }
 
 type clientMsg struct {
@@ -631,7 +632,7 @@ func (ss *session) matchPrepared() {
 	}
 	ss.answering = true
 	for _, st := range ss.stmts {
-		if st.query != "" && st.tmpl < 0 {
+		if st.query != "" && st.tmpl < 0 && !st.dropped {
 			st.tmpl = ss.matchExtended(st.query, false)
 		}
 	}
@@ -693,16 +694,18 @@ func (ss *session) matchTokens(toks []token, err error, literal bool) int {
 }
 
 // scanForwarded drops learned result shapes when a forwarded statement may
-// change a table or a privilege, and stops answering locally in a session
-// that changes its search_path or role or names a temporary table.
+// change a table or a privilege, stops answering locally in a session that
+// changes its search_path or role or names a temporary table, and forgets
+// the session's prepared statements when it may drop them with SQL.
 func (ss *session) scanForwarded(q string, toks []token, err error) {
-	ddl, setting, set := false, false, false
+	ddl, setting, set, drop := false, false, false, false
 	// A temporary table comes first on the session's search_path: it may
 	// take the set's table's name in this session alone (CREATE TEMP TABLE,
 	// SELECT … INTO TEMP, a table in pg_temp).
 	temp, createInto, pgTemp := false, false, false
 	check := func(w string) {
 		ddl = ddl || ddlWords[w]
+		drop = drop || stmtWords[w]
 		setting = setting || sessionWords[w]
 		set = set || w == "set" || w == "reset" || w == "set_config"
 		temp = temp || w == "temp" || w == "temporary"
@@ -717,7 +720,7 @@ func (ss *session) scanForwarded(q string, toks []token, err error) {
 				check(t.val)
 			case tokQIdent:
 				// SET "search_path": setting names are not case-sensitive.
-				d, st, s := scanWords(t.val, false)
+				d, st, s, _ := scanWords(t.val, false)
 				ddl, setting, set = ddl || d, setting || st, set || s
 				pgTemp = pgTemp || len(t.val) >= 7 && strings.EqualFold(t.val[:7], "pg_temp")
 			case tokString:
@@ -725,8 +728,10 @@ func (ss *session) scanForwarded(q string, toks []token, err error) {
 				// search_path (set_config): taint the session on the words
 				// alone. DDL words in strings count only in a DO block, so
 				// that data mentioning "drop" keeps the learned shapes.
-				d, st, s := scanWords(t.val, true)
-				ddl, setting, set = ddl || d && do, setting || st, set || s
+				// DEALLOCATE or DISCARD in any string counts: a function
+				// may run it (EXECUTE in PL/pgSQL).
+				d, st, s, dr := scanWords(t.val, true)
+				ddl, setting, set, drop = ddl || d && do, setting || st, set || s, drop || dr
 			}
 		}
 	} else {
@@ -739,6 +744,9 @@ func (ss *session) scanForwarded(q string, toks []token, err error) {
 	if ddl {
 		ss.srv.cache.clear()
 	}
+	if drop {
+		ss.forgetPrepared()
+	}
 	if setting && set || temp && createInto || pgTemp { // SHOW search_path is harmless
 		ss.mu.Lock()
 		ss.tainted = true
@@ -746,12 +754,29 @@ func (ss *session) scanForwarded(q string, toks []token, err error) {
 	}
 }
 
+// forgetPrepared forgets the session's prepared statements once it may have
+// dropped them upstream (DEALLOCATE, DISCARD ALL): a name may then be
+// prepared again, with SQL, as another statement, which the front end would
+// not see. Bind and Describe of a forgotten name are relayed; a statement
+// only the client has (prepared in a batch answered locally) is kept, to be
+// prepared upstream when bound, but never answered again.
+func (ss *session) forgetPrepared() {
+	for name, st := range ss.stmts {
+		if st.upstream {
+			delete(ss.stmts, name)
+		} else {
+			st.tmpl, st.dropped = -1, true
+		}
+	}
+}
+
 // scanWords reports whether the words (letters and underscores, in any
-// case) of s include a ddlWord, a sessionWord, and set, reset or set_config.
+// case) of s include a ddlWord, a sessionWord, set, reset or set_config,
+// and a stmtWord.
 // Words too long to be one are skipped. In a string literal "all" does not
 // count: text saying "set all" is common, and RESET ALL only returns to the
 // settings the session started with.
-func scanWords(s string, literal bool) (ddl, setting, set bool) {
+func scanWords(s string, literal bool) (ddl, setting, set, drop bool) {
 	var buf [32]byte
 	for i := 0; i < len(s); {
 		j := i
@@ -774,20 +799,23 @@ func scanWords(s string, literal bool) (ddl, setting, set bool) {
 			ddl = ddl || ddlWords[string(w)]
 			setting = setting || sessionWords[string(w)] && !(literal && string(w) == "all")
 			set = set || string(w) == "set" || string(w) == "reset" || string(w) == "set_config"
+			drop = drop || stmtWords[string(w)]
 		}
 		i = j
 	}
-	return ddl, setting, set
+	return ddl, setting, set, drop
 }
 
 // ddlWords may change a table's shape or a privilege: learned result shapes
 // are dropped. sessionWords may change what a name or a literal means in
-// the session: it is relayed only from then on.
+// the session: it is relayed only from then on. stmtWords may drop the
+// session's prepared statements: the front end forgets them.
 var (
 	ddlWords = map[string]bool{"alter": true, "drop": true, "create": true, "grant": true, "revoke": true,
 		"comment": true, "security": true, "policy": true, "import": true}
 	sessionWords = map[string]bool{"search_path": true, "role": true, "authorization": true, "set_config": true, "all": true,
 		"client_encoding": true, "standard_conforming_strings": true}
+	stmtWords = map[string]bool{"deallocate": true, "discard": true}
 )
 
 // waitIdle waits until no forwarded message awaits an answer, and reports

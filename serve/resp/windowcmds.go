@@ -161,15 +161,21 @@ func cmdXMExists(c *conn, args [][]byte) {
 	}
 }
 
-// xMayContain answers BG.X(M)EXISTS: a missing key holds nothing, a key of
-// another kind is WRONGTYPE (replied here; ok is then false).
+// xMayContain answers BG.X(M)EXISTS: a missing key is "not found" (as for
+// BG.XADD: a revocation check against a key never reserved, misspelled or
+// lost must fail, not pass every item), a key of another kind WRONGTYPE
+// (replied here; ok is then false).
 func (c *conn) xMayContain(name string, items [][]byte) (held []bool, ok bool) {
 	held, kind := c.s.store.MayContain(name, items)
-	if kind != serve.KindExpiring && kind != serve.KindNone {
+	switch kind {
+	case serve.KindExpiring:
+		return held, true
+	case serve.KindNone:
+		c.replyErr(serve.ErrNotFound)
+	default:
 		c.replyErr(serve.ErrWrongType)
-		return nil, false
 	}
-	return held, true
+	return nil, false
 }
 
 // xinfoFields are BG.XINFO's fields: the option that selects one and its

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,13 @@ type PositionReader struct {
 	conn   *pgconn.PgConn
 	stmt   *pgconn.StatementDescription
 	closed bool
+
+	// With Watch: the table and key column, the definition read first,
+	// and the error every read returns once it differs.
+	watch   [][]byte
+	defn    string
+	last    []byte
+	changed error
 }
 
 // positionStatement is the prepared statement's name and text.
@@ -38,8 +46,33 @@ const (
 	positionStatementSQL  = "SELECT pg_current_wal_insert_lsn()"
 )
 
-// binaryResult asks for the pg_lsn in binary: eight bytes, big-endian.
-var binaryResult = []int16{1}
+// binaryResult asks for the pg_lsn in binary: eight bytes, big-endian
+// (and, with Watch, the definition in text).
+var binaryResult = []int16{1, 0}
+
+// watchStatementSQL reads the insert position and, after it in the same
+// snapshot, what a set built from the table ($1) and its key column ($2)
+// relies on and its change feed does not carry: the relation the name
+// means, its storage (a rewrite changes it: ALTER … TYPE … USING, VACUUM
+// FULL, CLUSTER, TRUNCATE), the column's number, type and collation, its
+// descendants (inheritance children, partitions) and their storage, and
+// how many = operators outside pg_catalog may compare text (one in a
+// schema on a session's search_path, or an exact match for varchar, is
+// chosen over pg_catalog's).
+const watchStatementSQL = `SELECT pg_current_wal_insert_lsn(), (
+SELECT concat_ws(' ', 'relation', c.oid, c.relkind, c.relfilenode,
+  'column', a.attnum, a.atttypid, a.atttypmod, a.attcollation,
+  'descendants', (WITH RECURSIVE t(oid) AS (
+      SELECT inhrelid FROM pg_inherits WHERE inhparent = c.oid
+      UNION SELECT i.inhrelid FROM pg_inherits i JOIN t ON i.inhparent = t.oid)
+    SELECT count(*) || ':' || coalesce(string_agg(t.oid || '/' || k.relkind::text || '/' || k.relfilenode, ',' ORDER BY t.oid), '')
+    FROM t JOIN pg_class k ON k.oid = t.oid),
+  'operators', (SELECT count(*) FROM pg_operator o
+    WHERE o.oprname = '=' AND o.oprnamespace <> 'pg_catalog'::regnamespace
+    AND (o.oprleft IN (SELECT oid FROM pg_type WHERE typtype = 'p' OR oid IN ('text'::regtype, 'varchar'::regtype, 'bpchar'::regtype, 'name'::regtype))
+      OR o.oprright IN (SELECT oid FROM pg_type WHERE typtype = 'p' OR oid IN ('text'::regtype, 'varchar'::regtype, 'bpchar'::regtype, 'name'::regtype)))))
+FROM pg_class c LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped
+WHERE c.oid = to_regclass($1))`
 
 // ErrReaderClosed is returned by PositionReader.Read after Close.
 var ErrReaderClosed = errors.New("postgres: position reader closed")
@@ -74,7 +107,11 @@ func (r *PositionReader) connectLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("postgres: position reader: %w", err)
 	}
-	sd, err := conn.Prepare(ctx, positionStatementName, positionStatementSQL, nil)
+	sql := positionStatementSQL
+	if r.watch != nil {
+		sql = watchStatementSQL
+	}
+	sd, err := conn.Prepare(ctx, positionStatementName, sql, nil)
 	if err != nil {
 		closeConn(conn)
 		return fmt.Errorf("postgres: position reader: %w", err)
@@ -90,12 +127,19 @@ func (r *PositionReader) Read(ctx context.Context) (changefeed.Position, error) 
 	if r.closed {
 		return 0, ErrReaderClosed
 	}
+	if r.changed != nil {
+		return 0, r.changed
+	}
 	if r.conn == nil {
 		if err := r.connectLocked(ctx); err != nil {
 			return 0, err
 		}
 	}
 	pos, err := r.readLocked(ctx)
+	if err == nil && r.watch != nil && string(r.last) != r.defn {
+		r.changed = fmt.Errorf("%w: %s (%s → %s)", changefeed.ErrTableChanged, r.watch[0], r.defn, r.last)
+		return 0, r.changed
+	}
 	if err != nil {
 		closeConn(r.conn)
 		r.conn, r.stmt = nil, nil
@@ -104,6 +148,43 @@ func (r *PositionReader) Read(ctx context.Context) (changefeed.Position, error) 
 	return pos, nil
 }
 
+// Watch makes every later Read also check that table (as the reader's
+// connection resolves the name) and its key column are defined as now, and
+// fail with an error wrapping changefeed.ErrTableChanged from the first
+// read that finds otherwise on. It fails when the table cannot be
+// answered for at all: it has inheritance children (a query of it reads
+// their rows, which its feed does not carry), or an = operator outside
+// pg_catalog takes text, varchar, char, name or a pseudo-type.
+func (r *PositionReader) Watch(ctx context.Context, table, column string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn != nil {
+		closeConn(r.conn)
+		r.conn, r.stmt = nil, nil
+	}
+	r.watch = [][]byte{[]byte(table), []byte(column)}
+	if err := r.connectLocked(ctx); err != nil {
+		return err
+	}
+	if _, err := r.readLocked(ctx); err != nil {
+		return fmt.Errorf("postgres: reading %s's definition: %w", table, err)
+	}
+	defn := string(r.last)
+	f := strings.Fields(defn)
+	if len(f) != 13 || f[0] != "relation" || f[4] != "column" || f[9] != "descendants" || f[11] != "operators" {
+		return fmt.Errorf("postgres: %s: no such table or column %q (%q)", table, column, defn)
+	}
+	if f[2] == "r" && !strings.HasPrefix(f[10], "0:") {
+		return fmt.Errorf("postgres: %s has inheritance children: a query of it reads their rows too, which its change feed does not carry (answer from a table without children)", table)
+	}
+	if f[12] != "0" {
+		return fmt.Errorf("postgres: %s operator(s) named = outside pg_catalog take text, varchar, char, name or a pseudo-type: such an operator can be chosen over PostgreSQL's own for the key's comparison (drop it, or do not answer statements locally)", f[12])
+	}
+	r.defn = defn
+	return nil
+}
+
+// readLocked reads the position and, with Watch, the definition into r.last.
 func (r *PositionReader) readLocked(ctx context.Context) (changefeed.Position, error) {
 	if ctx.Done() == nil {
 		// pgconn watches a context other than Background, at a few
@@ -115,16 +196,20 @@ func (r *PositionReader) readLocked(ctx context.Context) (changefeed.Position, e
 	if err := nc.SetDeadline(time.Now().Add(r.timeout)); err != nil {
 		return 0, err
 	}
-	rr := r.conn.ExecStatement(ctx, r.stmt, nil, nil, binaryResult)
+	cols := 1 + min(len(r.watch), 1)
+	rr := r.conn.ExecStatement(ctx, r.stmt, r.watch, nil, binaryResult[:cols])
 	var pos changefeed.Position
 	rows := 0
 	for rr.NextRow() {
 		v := rr.Values()
-		if rows++; len(v) != 1 || len(v[0]) != 8 {
+		if rows++; len(v) != cols || len(v[0]) != 8 {
 			rr.Close()
 			return 0, fmt.Errorf("%w: unexpected result of %s", changefeed.ErrBadPosition, positionStatementSQL)
 		}
 		pos = changefeed.Position(binary.BigEndian.Uint64(v[0]))
+		if cols == 2 {
+			r.last = append(r.last[:0], v[1]...) // empty when the name means no relation (NULL)
+		}
 	}
 	if _, err := rr.Close(); err != nil {
 		return 0, err
