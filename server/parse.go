@@ -420,11 +420,11 @@ func (s *setDecl) apply(l confLine) error {
 	case "publication":
 		s.Feed.Publication = l.value
 	case "max-lag":
-		s.Feed.MaxLag, err = l.duration()
+		s.Feed.MaxLag, err = l.positiveDuration()
 	case "snapshot-interval":
-		s.Feed.SnapshotInterval, err = l.duration()
+		s.Feed.SnapshotInterval, err = l.positiveDuration()
 	case "connect-timeout":
-		s.ConnectTimeout, err = l.duration()
+		s.ConnectTimeout, err = l.positiveDuration()
 	case "fanout":
 		t, ok := transportByName(l.value)
 		if !ok {
@@ -441,7 +441,7 @@ func (s *setDecl) apply(l confLine) error {
 			s.Fanout.Feeder = FeederYes
 		}
 	case "lease-ttl":
-		s.Fanout.LeaseTTL, err = l.duration()
+		s.Fanout.LeaseTTL, err = l.positiveDuration()
 	case "replicas":
 		s.Fanout.Replicas, err = l.positiveInt()
 	case "fanout-unsigned":
