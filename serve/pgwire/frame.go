@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -14,6 +15,10 @@ import (
 // whole message at a time: only its framing (a type byte, then a length
 // that counts itself) is read here. The messages it acts on are decoded
 // with pgproto3.
+
+// frameChunk bounds how much reading a large message allocates ahead of
+// the bytes received: a declared length costs nothing until its bytes come.
+const frameChunk = 64 << 10
 
 // errBadLength is a message whose length field is below its own size.
 var errBadLength = errors.New("invalid message length")
@@ -54,12 +59,15 @@ func (r *msgReader) next() ([]byte, error) {
 		r.br.Discard(total)
 		return b, nil
 	}
-	if cap(r.buf) < total {
-		r.buf = make([]byte, total)
-	}
-	b := r.buf[:total]
-	if _, err := io.ReadFull(r.br, b); err != nil {
-		return nil, unexpectedEOF(err)
+	b := r.buf[:0]
+	for len(b) < total {
+		at := len(b)
+		step := min(total-at, frameChunk)
+		b = slices.Grow(b, step)[:at+step]
+		r.buf = b
+		if _, err := io.ReadFull(r.br, b[at:]); err != nil {
+			return nil, unexpectedEOF(err)
+		}
 	}
 	return b, nil
 }

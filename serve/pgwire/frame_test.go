@@ -116,3 +116,19 @@ func TestLargeMessages(t *testing.T) {
 		t.Fatalf("COPY FROM stored %d bytes, %v", total, err)
 	}
 }
+
+// TestDeclaredLengthNotAllocated: a message's declared length is not
+// allocated before its bytes come: a peer that sends only a header
+// declaring 60 MB holds at most a chunk of memory.
+func TestDeclaredLengthNotAllocated(t *testing.T) {
+	in := []byte{'Q', 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(in[1:], 60<<20)
+	in = append(in, "SELECT 1"...)
+	r := msgReader{br: bufio.NewReaderSize(bytes.NewReader(in), 1024), max: 64 << 20}
+	if _, err := r.next(); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("next: %v, want io.ErrUnexpectedEOF", err)
+	}
+	if cap(r.buf) > 2*frameChunk {
+		t.Errorf("held %d bytes for 13 received", cap(r.buf))
+	}
+}
