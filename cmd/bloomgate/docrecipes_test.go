@@ -217,8 +217,11 @@ $redis->rawCommand('DEL', 'revoked');
 $redis->rawCommand('CF.RESERVE', 'revoked', 1000);
 revoke($redis, 'tok-1');
 check(is_revoked($redis, 'tok-1'), 'a revoked token is revoked');
-unrevoke($redis, 'tok-1');
+revoke($redis, 'tok-3');
+unrevoke($redis, 'tok-1', 1);
 check(!is_revoked($redis, 'tok-1'), 'an unrevoked token is not');
+unrevoke($redis, 'tok-1', 0); // unrevoked twice: the second deleted no row
+check(is_revoked($redis, 'tok-3'), 'another revoked token stays revoked');
 // phpredis throws on -NOAUTH but returns false on other error replies:
 // a server whose "users" is a cuckoo key and "revoked" a Bloom key
 // answers every function with one.
@@ -233,7 +236,7 @@ refused(fn() => revoke($other, 'tok-2'), 'WRONGTYPE', 'revoke on a Bloom key');
 $anon = new Redis();
 $anon->connect($host, (int) $port);
 refused(fn() => is_revoked($anon, 'x'), 'NOAUTH', 'is_revoked without AUTH');
-refused(fn() => unrevoke($other, 'x'), 'WRONGTYPE', 'unrevoke on a Bloom key');
+refused(fn() => unrevoke($other, 'x', 1), 'WRONGTYPE', 'unrevoke on a Bloom key');
 `, host, port, otherPort)
 	})
 	pyDriver := `
