@@ -92,6 +92,11 @@ type Config struct {
 	// MaxConns bounds client connections; one more gets PostgreSQL's
 	// "sorry, too many clients already" and is closed. Default: 1000.
 	MaxConns int
+	// MaxStartupConns bounds the connections that have not sent their
+	// startup packet yet (TLS negotiation included), which do not count
+	// against MaxConns: past it the oldest of them is closed, so that
+	// sockets that send nothing cannot keep clients out. Default: 128.
+	MaxStartupConns int
 	// MaxMessageSize bounds one client message's body in bytes; a larger
 	// one gets an error and the connection is closed. Default: 64 MiB.
 	MaxMessageSize int
@@ -121,6 +126,7 @@ type Config struct {
 // Defaults of Config.
 const (
 	DefaultMaxConns        = 1000
+	DefaultMaxStartupConns = 128
 	DefaultMaxMessageSize  = 64 << 20
 	DefaultStartupTimeout  = 10 * time.Second
 	DefaultDialTimeout     = 5 * time.Second
@@ -183,8 +189,40 @@ type Server struct {
 	keys     map[uint32]*session // BackendKeyData process ID we gave → session
 	closed   bool
 	wg       sync.WaitGroup
+	starting map[net.Conn]uint64 // connections before their startup packet → accept order
+	accepted uint64
 
 	conns, connsTotal, rejected atomic.Int64
+	sessionConns                atomic.Int64 // connections past their startup packet
+}
+
+// startingAdd counts c as a connection before its startup packet, first
+// closing the oldest such connection when MaxStartupConns are open.
+func (s *Server) startingAdd(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.starting == nil {
+		s.starting = map[net.Conn]uint64{}
+	}
+	if len(s.starting) >= s.cfg.MaxStartupConns {
+		var oldest net.Conn
+		for o, seq := range s.starting {
+			if oldest == nil || seq < s.starting[oldest] {
+				oldest = o
+			}
+		}
+		delete(s.starting, oldest)
+		oldest.Close() // its startup read fails; its handler returns
+		s.rejected.Add(1)
+	}
+	s.accepted++
+	s.starting[c] = s.accepted
+}
+
+func (s *Server) startingDone(c net.Conn) {
+	s.mu.Lock()
+	delete(s.starting, c)
+	s.mu.Unlock()
 }
 
 // New checks cfg and returns a Server. Each Statement is checked by
@@ -199,6 +237,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.MaxStartupConns == 0 {
+		cfg.MaxStartupConns = DefaultMaxStartupConns
 	}
 	if cfg.MaxMessageSize == 0 {
 		cfg.MaxMessageSize = DefaultMaxMessageSize
@@ -221,7 +262,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.MaxConns < 0 || cfg.MaxMessageSize < 0 || cfg.PositionWait < 0 || cfg.UpstreamCheckInterval < 0 {
+	if cfg.MaxConns < 0 || cfg.MaxStartupConns < 0 || cfg.MaxMessageSize < 0 || cfg.PositionWait < 0 || cfg.UpstreamCheckInterval < 0 {
 		return nil, errors.New("pgwire: MaxConns, MaxMessageSize, PositionWait and UpstreamCheckInterval must not be negative")
 	}
 	s := &Server{cfg: cfg, up: up, log: cfg.Logger, stop: make(chan struct{}), sessions: map[*session]struct{}{}, keys: map[uint32]*session{}}
@@ -263,7 +304,7 @@ func New(cfg Config) (*Server, error) {
 			gauge("bloomgate_pgwire_upstream_check_seconds", "The round trip of the front end's last check of the upstream.", func() float64 { return s.health.get().LatencySeconds }),
 			gauge("bloomgate_pgwire_connections", "Open PostgreSQL front-end connections.", func() float64 { return float64(s.conns.Load()) }),
 			counter("bloomgate_pgwire_connections_total", "Accepted PostgreSQL front-end connections.", func() float64 { return float64(s.connsTotal.Load()) }),
-			counter("bloomgate_pgwire_rejected_connections_total", "Connections refused by the connection limit.", func() float64 { return float64(s.rejected.Load()) }),
+			counter("bloomgate_pgwire_rejected_connections_total", "Connections refused by the connection limit, or closed before their startup packet to make room (MaxStartupConns).", func() float64 { return float64(s.rejected.Load()) }),
 		} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("pgwire: metrics: %w", err)
@@ -426,14 +467,21 @@ func fatal(c net.Conn, code, msg string) {
 
 func (s *Server) handle(c net.Conn) {
 	defer c.Close()
-	n := s.conns.Add(1)
+	s.conns.Add(1)
 	defer s.conns.Add(-1)
 	c.SetDeadline(time.Now().Add(s.cfg.StartupTimeout))
-	startup, c, br := s.startup(c)
+	s.startingAdd(c)
+	startup, tc, br := s.startup(c)
+	s.startingDone(c)
 	if startup == nil {
 		return
 	}
+	c = tc
 	defer c.Close()
+	// Counted from its startup packet on: sockets that send nothing
+	// (bounded by MaxStartupConns) keep no client out.
+	n := s.sessionConns.Add(1)
+	defer s.sessionConns.Add(-1)
 	if n > int64(s.cfg.MaxConns) {
 		s.rejected.Add(1)
 		fatal(c, "53300", "sorry, too many clients already")
