@@ -106,16 +106,25 @@ func (c *conn) parseExpiry(cmd string, opt, val []byte) (time.Time, bool) {
 			return time.Time{}, false
 		}
 		return c.s.store.Now().Add(time.Duration(v) * unit), true
-	case eqFold(opt, "EXAT"):
+	case eqFold(opt, "EXAT"), eqFold(opt, "PXAT"):
 		if v <= 0 {
 			return bad()
+		}
+		// Beyond any max TTL from now: refused before the conversion,
+		// which would overflow a huge value into the past.
+		limit := c.s.store.Now().Unix() + maxTTLSeconds
+		if eqFold(opt, "PXAT") {
+			if v > limit*1000 {
+				c.replyErr(serve.ErrExpiryBeyondTTL)
+				return time.Time{}, false
+			}
+			return time.UnixMilli(v), true
+		}
+		if v > limit {
+			c.replyErr(serve.ErrExpiryBeyondTTL)
+			return time.Time{}, false
 		}
 		return time.Unix(v, 0), true
-	case eqFold(opt, "PXAT"):
-		if v <= 0 {
-			return bad()
-		}
-		return time.UnixMilli(v), true
 	}
 	c.w.errorMsg("ERR syntax error")
 	return time.Time{}, false

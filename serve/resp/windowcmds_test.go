@@ -120,6 +120,10 @@ func TestExpiringCommands(t *testing.T) {
 			// A missing key is an error, not "absent": a revocation check
 			// against a key never reserved (a typo, a lost volume) must not
 			// pass every token.
+			// Absolute expiries past any max TTL, however large (they
+			// overflowed into the past).
+			wantErr("ERR expiry is further ahead than the key's max TTL", "BG.XADD", "revoked", "a", "EXAT", "9223372036854775807")
+			wantErr("ERR expiry is further ahead than the key's max TTL", "BG.XADD", "revoked", "a", "PXAT", "9223372036854775807")
 			wantErr("ERR not found", "BG.XEXISTS", "missing", "a")
 			wantErr("ERR not found", "BG.XMEXISTS", "missing", "a", "b")
 			// BF.EXISTS on an expiring key answers as BG.XEXISTS.
