@@ -65,7 +65,16 @@ func openPostgres(ctx context.Context, s *SetConfig, log *slog.Logger) (*openedS
 	}
 	o.source = pg
 	if src.Confirm != "" {
-		o.confirm = postgres.Confirm{Pool: pool, Query: src.Confirm}
+		c := postgres.Confirm{Pool: pool, Query: src.Confirm}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		err := c.Check(cctx)
+		cancel()
+		if err != nil {
+			early.discard()
+			pool.Close()
+			return nil, fmt.Errorf("set %q: confirm: %w", s.Name, timeoutHint(err, cctx, timeout))
+		}
+		o.confirm = c
 	}
 	o.feed = func(ctx context.Context) (bloomgate.Feed, func(), error) {
 		feed, err := early.get(ctx, s, log)

@@ -12,7 +12,7 @@ func init() { registerSource(SourceSQLite, sourceDriver{name: "sqlite", open: op
 
 // openSQLite opens a set's SQLite file. SQLite has no change feed: its
 // sets are rebuild-only (rescan-only when expiring).
-func openSQLite(_ context.Context, s *SetConfig, _ *slog.Logger) (*openedSource, error) {
+func openSQLite(ctx context.Context, s *SetConfig, _ *slog.Logger) (*openedSource, error) {
 	db, err := sqlite.Open(s.Source.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("set %q: sqlite: %w", s.Name, err)
@@ -30,7 +30,12 @@ func openSQLite(_ context.Context, s *SetConfig, _ *slog.Logger) (*openedSource,
 	}
 	o.source = lite
 	if src.Confirm != "" {
-		o.confirm = sqlite.Confirm{DB: db, Query: src.Confirm}
+		c := sqlite.Confirm{DB: db, Query: src.Confirm}
+		if err := c.Check(ctx); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("set %q: confirm: %w", s.Name, err)
+		}
+		o.confirm = c
 	}
 	return o, nil
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -24,4 +25,24 @@ func (c Confirm) Exists(ctx context.Context, key string) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// Check prepares the query on the database without running it: a query
+// that cannot run (a syntax error, a missing table or column, a missing
+// grant) or that does not take the key as its only parameter is an error
+// at start rather than at the first lookup that reaches it.
+func (c Confirm) Check(ctx context.Context) error {
+	conn, err := c.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	sd, err := conn.Conn().Prepare(ctx, "", c.Query)
+	if err != nil {
+		return fmt.Errorf("confirm query %q: %w", c.Query, err)
+	}
+	if len(sd.ParamOIDs) != 1 {
+		return fmt.Errorf("confirm query %q takes %d parameters: want the key as $1, its only one", c.Query, len(sd.ParamOIDs))
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 )
 
 // Confirm runs an exact existence query for one key, such as
@@ -22,4 +23,15 @@ func (c Confirm) Exists(ctx context.Context, key string) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// Check prepares the query without running it: a query that cannot run (a
+// syntax error, a missing table or column) is an error at start rather
+// than at the first lookup that reaches it.
+func (c Confirm) Check(ctx context.Context) error {
+	st, err := c.DB.PrepareContext(ctx, c.Query)
+	if err != nil {
+		return fmt.Errorf("confirm query %q: %w", c.Query, err)
+	}
+	return st.Close()
 }
