@@ -150,6 +150,10 @@ func classify(what string, err error) error {
 			return fmt.Errorf("postgres: %s: %w: %w", what, ErrPermission, err)
 		case pg.Code == "55000" && strings.Contains(pg.Message, "wal_level"):
 			return fmt.Errorf("postgres: %s: %w: %w", what, ErrWALLevel, err)
+		case pg.Code == "55006" && strings.Contains(pg.Message, "replication slot"):
+			// Retried: it may be this process's previous connection, which
+			// the server has not seen close yet.
+			return fmt.Errorf("postgres: %s: %w (another process follows this table with the same slot, or a previous run's connection is not closed yet: give each process following the table its own slot — FeedConfig.Slot, a set's slot — or share one feed through fan-out)", what, err)
 		}
 	}
 	return fmt.Errorf("postgres: %s: %w", what, err)
