@@ -141,7 +141,7 @@ func (c *conn) replyErr(err error) {
 		c.s.cfg.Logger.Error("resp: closing the connection without a reply: a write's outcome is unknown", "remote", c.nc.RemoteAddr(), "err", err)
 		c.quit = true
 		c.w.bw.Flush()
-		c.nc.Close()
+		c.close()
 		return
 	}
 	c.w.errorMsg(errorText(c.cmd, err))

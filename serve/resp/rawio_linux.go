@@ -5,6 +5,7 @@ package resp
 import (
 	"io"
 	"net"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -24,16 +25,37 @@ import (
 // Waiting still goes through the netpoller (RawConn.Read and Write), so
 // read deadlines, Close and Shutdown's interrupt work as with net.Conn.
 //
-// rawIO is not safe for concurrent use: each connection's goroutine owns
-// its own.
+// Replies the client does not read yet are not waited for: what the socket
+// does not take at once is queued and written by a goroutine of the
+// connection's (started then, ended when the queue is empty), while the
+// connection goes on reading requests, as redis-server buffers a client's
+// output. Otherwise a client that writes a whole pipeline before reading
+// its replies (redis-py's pipelines do) would wait for the server to read
+// while the server waits for it to read: both socket buffers full, forever.
+// Past maxQueued bytes queued, Write waits for the queue.
+//
+// Read and Write are called by the connection's goroutine only.
 type rawIO struct {
 	rc  syscall.RawConn
 	buf []byte // the read's or write's bytes, for the closures
 	n   int
 	err error
 
-	readFn, writeFn func(fd uintptr) bool
+	readFn func(fd uintptr) bool
+	direct sockWrite // the connection goroutine's, without waiting
+	queue  sockWrite // the writer's
+
+	mu      sync.Mutex
+	cond    sync.Cond
+	queued  []byte // written by Write, not yet by the socket
+	spare   []byte // the queue's other buffer
+	writing bool   // the writer goroutine runs: Write queues
+	werr    error  // the writer's failure: every later Write returns it
 }
+
+// maxQueued bounds the replies a connection queues for a client that does
+// not read them.
+const maxQueued = 64 << 20
 
 // newRawIO returns raw I/O for nc when it is a plain TCP connection, nil
 // otherwise (TLS, other conns: served through net.Conn).
@@ -48,7 +70,9 @@ func newRawIO(nc net.Conn) *rawIO {
 	}
 	r := &rawIO{rc: rc}
 	r.readFn = r.read
-	r.writeFn = r.write
+	r.direct.fn = r.direct.write
+	r.queue.fn, r.queue.block = r.queue.write, true
+	r.cond.L = &r.mu
 	return r
 }
 
@@ -88,32 +112,121 @@ func (r *rawIO) Read(p []byte) (int, error) {
 	return n, rerr
 }
 
-func (r *rawIO) write(fd uintptr) bool {
-	for r.n < len(r.buf) {
-		rest := r.buf[r.n:]
+// sockWrite is one write's state, for the closures RawConn.Write calls:
+// the connection's goroutine and the writer each have their own.
+type sockWrite struct {
+	buf   []byte
+	n     int
+	err   error
+	block bool // wait for the socket (else stop at EAGAIN, err errWouldBlock)
+	fn    func(fd uintptr) bool
+}
+
+func (w *sockWrite) write(fd uintptr) bool {
+	for w.n < len(w.buf) {
+		rest := w.buf[w.n:]
 		n, _, errno := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(rest))), uintptr(len(rest)))
 		switch errno {
 		case 0:
-			r.n += int(n)
+			w.n += int(n)
 		case syscall.EINTR:
 		case syscall.EAGAIN:
-			return false // the socket's buffer is full: wait, then go on
+			if w.block {
+				return false // the socket's buffer is full: wait, then go on
+			}
+			w.err = errWouldBlock
+			return true
 		default:
-			r.err = &net.OpError{Op: "write", Net: "tcp", Err: errno}
+			w.err = &net.OpError{Op: "write", Net: "tcp", Err: errno}
 			return true
 		}
 	}
 	return true
 }
 
-// Write writes all of p (io.Writer).
+// run writes buf through rc and returns how much was written.
+func (w *sockWrite) run(rc syscall.RawConn, buf []byte) (int, error) {
+	w.buf, w.n, w.err = buf, 0, nil
+	err := rc.Write(w.fn)
+	n := w.n
+	if err == nil {
+		err = w.err
+	}
+	w.buf = nil
+	return n, err
+}
+
+// errWouldBlock is a non-blocking write's "the socket took no more".
+var errWouldBlock = syscall.EAGAIN
+
+// Write writes all of p, or queues what the socket does not take now
+// (io.Writer); an error is the socket's, or the writer's before it.
 func (r *rawIO) Write(p []byte) (int, error) {
-	r.buf, r.n, r.err = p, 0, nil
-	err := r.rc.Write(r.writeFn)
-	n, werr := r.n, r.err
-	r.buf = nil
-	if err != nil {
+	r.mu.Lock()
+	if r.werr != nil {
+		err := r.werr
+		r.mu.Unlock()
+		return 0, err
+	}
+	if r.writing {
+		for len(r.queued) >= maxQueued && r.werr == nil {
+			r.cond.Wait()
+		}
+		if r.werr != nil {
+			err := r.werr
+			r.mu.Unlock()
+			return 0, err
+		}
+		r.queued = append(r.queued, p...)
+		r.mu.Unlock()
+		return len(p), nil
+	}
+	r.mu.Unlock()
+	// Nothing queued: write directly, the writer is not running.
+	n, err := r.direct.run(r.rc, p)
+	if err != nil && err != errWouldBlock {
 		return n, err
 	}
-	return n, werr
+	if n == len(p) {
+		return n, nil
+	}
+	r.mu.Lock()
+	r.queued = append(r.queued, p[n:]...)
+	r.writing = true
+	r.mu.Unlock()
+	go r.writer()
+	return len(p), nil
+}
+
+// writer writes the queue until it is empty, waiting for the socket.
+func (r *rawIO) writer() {
+	r.mu.Lock()
+	for len(r.queued) > 0 && r.werr == nil {
+		out := r.queued
+		r.queued = r.spare[:0]
+		r.mu.Unlock()
+		_, err := r.queue.run(r.rc, out)
+		r.mu.Lock()
+		r.spare = out[:0]
+		if cap(r.spare) > 1<<20 {
+			r.spare = nil // do not hold a large queue's memory
+		}
+		if err != nil {
+			r.werr = err
+		}
+		r.cond.Broadcast()
+	}
+	r.writing = false
+	r.queued = nil
+	r.cond.Broadcast()
+	r.mu.Unlock()
+}
+
+// drain waits until every queued reply is written (or writing failed).
+func (r *rawIO) drain() {
+	r.mu.Lock()
+	for r.writing {
+		r.cond.Wait()
+	}
+	r.mu.Unlock()
 }

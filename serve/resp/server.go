@@ -370,6 +370,7 @@ func (s *Server) closeConns() {
 type conn struct {
 	s            *Server
 	nc           net.Conn
+	raw          *rawIO // nil when served through net.Conn
 	r            reader
 	w            writer
 	id           int64
@@ -389,7 +390,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, id: s.nextID.Add(1), authed: s.cfg.Password == "", accepted: time.Now()}
 	var rw io.ReadWriter = nc
 	if raw := newRawIO(nc); raw != nil && !s.plainIO {
-		rw = raw
+		rw, c.raw = raw, raw
 	}
 	c.r = reader{br: bufio.NewReaderSize(rw, readBufferSize), maxInline: s.cfg.MaxInlineLen}
 	c.w = writer{bw: bufio.NewWriterSize(rw, 16<<10), proto: 2}
@@ -405,12 +406,21 @@ func (c *conn) setLimits() {
 	}
 }
 
+// close closes the connection from its own goroutine once the replies
+// queued for it are written (or cannot be).
+func (c *conn) close() {
+	if c.raw != nil {
+		c.raw.drain()
+	}
+	c.nc.Close()
+}
+
 // interrupt makes a connection blocked in a read return, so it can finish.
 func (c *conn) interrupt() { c.nc.SetReadDeadline(time.Now()) }
 
 func (c *conn) serve() {
 	defer func() {
-		c.nc.Close()
+		c.close()
 		c.s.mu.Lock()
 		delete(c.s.conns, c)
 		c.release()
