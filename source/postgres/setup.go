@@ -192,6 +192,12 @@ type catalog struct {
 	pubExists, pubChanges bool
 	pubTables             int
 	pubFiltered           bool
+	// A partitioned table's changes reach the feed under its own name
+	// only through a publication with publish_via_partition_root; member
+	// is whether the publication has the table (pg_publication_tables
+	// lists its partitions instead without the option: any of the tree
+	// listed counts).
+	partitioned, pubViaRoot, pubMember bool
 	// The key column (keyFound false: the table has none of its name):
 	// whether the replica identity covers it, whether it is NOT NULL,
 	// and a unique index on it alone (nil: none).
@@ -209,14 +215,22 @@ func (f *Feed) setupCatalog(ctx context.Context, r *resolved, version int) (cata
 	b.Queue(`SELECT c.relreplident::text,
 		c.relreplident = 'f' OR EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid
 			AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))),
-		coalesce((SELECT NOT (p.pubupdate OR p.pubdelete) FROM pg_publication p WHERE p.pubname = $2), false)
+		coalesce((SELECT NOT (p.pubupdate OR p.pubdelete) FROM pg_publication p WHERE p.pubname = $2), false),
+		c.relkind = 'p',
+		c.relkind = 'p' AND EXISTS (SELECT 1 FROM pg_publication_tables pt
+			JOIN pg_namespace n ON n.nspname = pt.schemaname JOIN pg_class k ON k.relnamespace = n.oid AND k.relname = pt.tablename
+			WHERE pt.pubname = $2 AND k.oid IN (SELECT relid FROM pg_partition_tree(c.oid)))
 		FROM pg_class c WHERE c.oid = $1`, r.oid, r.pub)
 	b.Queue(`SELECT ic.relname FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
 		LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attname = $2
 		WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL AND i.indimmediate
 		AND NOT EXISTS (SELECT 1 FROM pg_attribute x WHERE x.attrelid = i.indrelid AND x.attnum = ANY(i.indkey::int2[]) AND NOT x.attnotnull)
 		ORDER BY coalesce(i.indnkeyatts = 1 AND i.indkey[0] = a.attnum, false) DESC, ic.relname`, r.oid, f.cfg.Column)
-	b.Queue("SELECT count(*) > 0, coalesce(bool_or(pubupdate OR pubdelete), false) FROM pg_publication WHERE pubname = $1", r.pub)
+	if version >= 130000 {
+		b.Queue("SELECT count(*) > 0, coalesce(bool_or(pubupdate OR pubdelete), false), coalesce(bool_or(pubviaroot), false) FROM pg_publication WHERE pubname = $1", r.pub)
+	} else {
+		b.Queue("SELECT count(*) > 0, coalesce(bool_or(pubupdate OR pubdelete), false), false FROM pg_publication WHERE pubname = $1", r.pub)
+	}
 	if version >= 150000 {
 		b.Queue(`SELECT count(*), coalesce(bool_or(rowfilter IS NOT NULL OR NOT ($4 = ANY(attnames))), false) FROM pg_publication_tables
 		WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`, r.pub, r.schema, r.name, f.cfg.Column)
@@ -236,7 +250,7 @@ func (f *Feed) setupCatalog(ctx context.Context, r *resolved, version int) (cata
 	br := f.pool.SendBatch(qctx, b)
 	defer br.Close()
 	ti := &c.ident
-	if err := br.QueryRow().Scan(&ti.ident, &ti.usable, &ti.insertOnly); err != nil {
+	if err := br.QueryRow().Scan(&ti.ident, &ti.usable, &ti.insertOnly, &c.partitioned, &c.pubMember); err != nil {
 		return c, f.wrap(ctx, qctx, "setup: replica identity", err)
 	}
 	rows, err := br.Query()
@@ -246,7 +260,7 @@ func (f *Feed) setupCatalog(ctx context.Context, r *resolved, version int) (cata
 	if err != nil {
 		return c, f.wrap(ctx, qctx, "setup: indexes", err)
 	}
-	if err := br.QueryRow().Scan(&c.pubExists, &c.pubChanges); err != nil {
+	if err := br.QueryRow().Scan(&c.pubExists, &c.pubChanges, &c.pubViaRoot); err != nil {
 		return c, f.wrap(ctx, qctx, "setup: publication", err)
 	}
 	if err := br.QueryRow().Scan(&c.pubTables, &c.pubFiltered); err != nil {
@@ -320,16 +334,35 @@ func identAfter(ident string, choice Identity) string {
 func planPublication(p *SetupPlan, r *resolved, c catalog, insertsOnly bool) {
 	table, pub := r.table, pgx.Identifier{r.pub}.Sanitize()
 	const insertsOnlyOpt = " WITH (publish = 'insert, truncate')"
+	const viaRoot = "publish_via_partition_root = true"
 	if !c.pubExists {
 		stmt := "CREATE PUBLICATION " + pub + " FOR TABLE " + table
-		if insertsOnly {
+		switch {
+		case insertsOnly && c.partitioned:
+			stmt += " WITH (publish = 'insert, truncate', " + viaRoot + ")"
+		case insertsOnly:
 			stmt += insertsOnlyOpt
+		case c.partitioned:
+			stmt += " WITH (" + viaRoot + ")"
 		}
 		p.Statements = append(p.Statements, stmt)
 		return
 	}
 	if insertsOnly && c.pubChanges {
 		p.Statements = append(p.Statements, "ALTER PUBLICATION "+pub+" SET"+insertsOnlyOpt[5:])
+	}
+	if c.partitioned {
+		// Its changes are published under the partitions' names without
+		// the option, and pg_publication_tables lists those.
+		if !c.pubViaRoot {
+			p.Statements = append(p.Statements, "ALTER PUBLICATION "+pub+" SET ("+viaRoot+")")
+		}
+		if !c.pubMember {
+			p.Statements = append(p.Statements, "ALTER PUBLICATION "+pub+" ADD TABLE "+table)
+		} else if c.pubFiltered {
+			p.Statements = append(p.Statements, "ALTER PUBLICATION "+pub+" SET TABLE "+table)
+		}
+		return
 	}
 	switch {
 	case c.pubTables == 0:
