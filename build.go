@@ -115,7 +115,9 @@ const maxSizingAttempts = 4
 func (g *Gate) estimate(ctx context.Context) int64 {
 	est, err := g.cfg.Source.Estimate(ctx)
 	if err != nil {
-		g.cfg.Logger.Warn("bloomgate: source estimate failed; sizing without it", "err", err)
+		if ctx.Err() == nil { // not when the build is being cancelled
+			g.cfg.Logger.Warn("bloomgate: source estimate failed; sizing without it", "err", err)
+		}
 		return 0
 	}
 	return est

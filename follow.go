@@ -568,7 +568,9 @@ func (fl *follower) estimate(ctx context.Context) int64 {
 	}
 	n, err := est(ctx)
 	if err != nil {
-		g.cfg.Logger.Warn("bloomgate: estimate failed; sizing without it", "err", err)
+		if ctx.Err() == nil { // not when the follow is ending
+			g.cfg.Logger.Warn("bloomgate: estimate failed; sizing without it", "err", err)
+		}
 		return 0
 	}
 	return n
