@@ -113,3 +113,40 @@ func TestPositionReaderWatch(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPositionRead: one insert position read, alone and with Watch's
+// check of the table's definition in the same statement.
+func BenchmarkPositionRead(b *testing.B) {
+	dsn := testsvc.Postgres(b)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	table := fmt.Sprintf("watch_bench_%d", time.Now().UnixNano()%1e6)
+	if _, err := admin.Exec(ctx, "CREATE TABLE "+table+" (email text PRIMARY KEY)"); err != nil {
+		b.Fatal(err)
+	}
+	defer admin.Exec(context.Background(), "DROP TABLE "+table)
+	for _, watch := range []bool{false, true} {
+		b.Run(fmt.Sprintf("watch=%v", watch), func(b *testing.B) {
+			r, err := postgres.NewPositionReader(ctx, dsn, time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			if watch {
+				if err := r.Watch(ctx, "public."+table, "email"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := r.Read(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
