@@ -201,9 +201,6 @@ type Server struct {
 func (s *Server) startingAdd(c net.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.starting == nil {
-		s.starting = map[net.Conn]uint64{}
-	}
 	if len(s.starting) >= s.cfg.MaxStartupConns {
 		var oldest net.Conn
 		for o, seq := range s.starting {
@@ -265,7 +262,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxConns < 0 || cfg.MaxStartupConns < 0 || cfg.MaxMessageSize < 0 || cfg.PositionWait < 0 || cfg.UpstreamCheckInterval < 0 {
 		return nil, errors.New("pgwire: MaxConns, MaxMessageSize, PositionWait and UpstreamCheckInterval must not be negative")
 	}
-	s := &Server{cfg: cfg, up: up, log: cfg.Logger, stop: make(chan struct{}), sessions: map[*session]struct{}{}, keys: map[uint32]*session{}}
+	s := &Server{cfg: cfg, up: up, log: cfg.Logger, stop: make(chan struct{}), sessions: map[*session]struct{}{}, keys: map[uint32]*session{},
+		starting: map[net.Conn]uint64{}}
 	s.cache.m = map[cacheKey]*learned{}
 	s.health.status = UpstreamStatus{Addr: up.addr, Error: "not checked yet"}
 	local := prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -37,7 +37,7 @@ import (
 // Read and Write are called by the connection's goroutine only.
 type rawIO struct {
 	rc  syscall.RawConn
-	buf []byte // the read's or write's bytes, for the closures
+	buf []byte // the read's bytes, for readFn
 	n   int
 	err error
 
